@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from a2rl_operator import grading as gr
 from a2rl_operator import status as st
-from a2rl_operator.config import OperatorConfig
+from a2rl_operator.config import Egress, OperatorConfig
 from a2rl_operator.grading_config import GradingConfig
+from a2rl_operator.handlers import problem
 from a2rl_operator.manifests import children, parse_spec
 from a2rl_operator.manifests.eval_job import (
     FETCH_HELDOUT_SCRIPT,
@@ -23,9 +24,18 @@ from a2rl_operator.manifests.eval_job import (
     eval_job,
     eval_job_name,
 )
+from a2rl_operator.manifests.grading_network import (
+    UrlPeerError,
+    endpoint_urls,
+    grading_network_policy,
+    grading_policy_name,
+    url_peer,
+)
+from a2rl_operator.manifests.network import DNS_RULE, NS_NAME_LABEL, GatewayPeer
 from a2rl_operator.manifests.report_job import report_job
 from a2rl_operator.pss import restricted_violations
 from a2rl_recorder.dispatch import LocalDispatcher
+from a2rl_tasks import TASKS, get_task, task_class
 
 from a2rl.api.benchsubmission import BenchSubmissionSpec, SubmissionState
 from a2rl.constants import (
@@ -33,6 +43,7 @@ from a2rl.constants import (
     ENV_JUDGE_API_KEY,
     ENV_JUDGE_BASE_URL,
     ENV_JUDGE_MODEL,
+    ENV_SEARCH_URL,
     ENV_TRACEPARENT,
     LABEL_RUN_UID,
     LABEL_SUBMISSION_INDEX,
@@ -460,3 +471,190 @@ def test_eval_and_report_pods_carry_the_runs_trace_context() -> None:
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env[ENV_TRACEPARENT] == str(tp)
     assert ENV_TRACEPARENT not in {e["name"] for e in containers(build())["eval"]["env"]}
+
+
+# --- the grading NetworkPolicy and the run's own judge -----------------------------------------
+
+JUDGE = {"baseUrl": "http://judge.llm:8000/v1", "model": "judge-7b"}
+NET_CONFIG = OperatorConfig(
+    store_uri=STORE,
+    store_egress=(Egress("10.9.0.0/16", 9000),),
+    apiserver_egress=(Egress("10.96.0.1/32", 443),),
+)
+DNS_AND_STORE = [
+    DNS_RULE,
+    {"to": [{"ipBlock": {"cidr": "10.9.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 9000}]},
+]
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector's meaning (matchLabels and the In/NotIn/Exists operators)."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        ok = {"In": labels.get(key) in values, "NotIn": labels.get(key) not in values,
+              "Exists": key in labels, "DoesNotExist": key not in labels}[op]  # fmt: skip
+        if not ok:
+            return False
+    return True
+
+
+def policy_for(run: dict[str, Any], grading: GradingConfig = GRADING) -> dict[str, Any]:
+    """What the operator builds for the run (the task's endpoints resolved as submissions.py does)."""
+    spec = parse_spec(run)
+    urls = endpoint_urls(task_class(spec.task).endpoint_env, grading.run_eval_env(spec))
+    return grading_network_policy(run, urls, NET_CONFIG)
+
+
+def test_grading_policy_selects_eval_and_report_pods_and_allows_dns_and_store_only() -> None:
+    run = benchrun()
+    policy = policy_for(run)
+    meta = policy["metadata"]
+    assert policy["kind"] == "NetworkPolicy" and meta["name"] == "demo-grading" == grading_policy_name(run)
+    assert meta["namespace"] == "team-a"
+    (ref,) = meta["ownerReferences"]
+    assert ref["kind"] == "BenchRun" and ref["uid"] == UID and ref["controller"] is True
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
+    # arith calls no judge: DNS and the store; never the API server (these pods have no token).
+    assert spec["egress"] == DNS_AND_STORE
+    sel = spec["podSelector"]
+    eval_pod = build(run)["spec"]["template"]["metadata"]["labels"]
+    report_pod = report_job(run, parse_spec(run), STORE, GRADING)["spec"]["template"]["metadata"]["labels"]
+    assert selects(sel, eval_pod) and selects(sel, report_pod)
+    workspace_job = next(m for m in children(run, NET_CONFIG) if m["kind"] == "Job")
+    assert not selects(sel, workspace_job["spec"]["template"]["metadata"]["labels"])
+    other_run = benchrun()
+    other_run["metadata"]["uid"] = "another-uid"
+    assert not selects(sel, build(other_run)["spec"]["template"]["metadata"]["labels"])
+    # The workspace policy does not select eval pods either: each pod is under exactly one.
+    ws_policy = next(m for m in children(run, NET_CONFIG) if m["kind"] == "NetworkPolicy")
+    assert ws_policy["metadata"]["name"] != meta["name"]
+    assert not selects(ws_policy["spec"]["podSelector"], eval_pod)
+    long = policy_for(benchrun(name="r" * 63))
+    assert len(long["metadata"]["name"]) <= 63 and long["metadata"]["name"].endswith("-grading")
+
+
+def test_grading_policy_allows_the_judge_of_judge_based_tasks_only() -> None:
+    namespace_peer = {"to": [{"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: "llm"}}}]}
+    # The run's own judge: an in-cluster Service → its namespace (any port: Service ≠ pod port).
+    alpaca = benchrun(task="alpacaeval", evaluation={"judge": JUDGE})
+    assert policy_for(alpaca)["spec"]["egress"] == [*DNS_AND_STORE, namespace_peer]
+    # Without one, the operator's judge (`http://judge:8000/v1`: a Service of the run's namespace).
+    default = policy_for(benchrun(task="alpacaeval"))["spec"]["egress"]
+    assert default[-1] == {"to": [{"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: "team-a"}}}]}
+    # A task without a judge gets no judge egress even when the run names one.
+    assert policy_for(benchrun(evaluation={"judge": JUDGE}))["spec"]["egress"] == DNS_AND_STORE
+    # deepsearchqa also calls the search API; an IP judge is an ipBlock on the URL's port.
+    grading = GradingConfig(grader_image="g:1", eval_env={ENV_SEARCH_URL: "https://10.1.2.3/search"})
+    dsqa = benchrun(
+        task="deepsearchqa", evaluation={"judge": {"baseUrl": "http://10.0.0.7:8080/v1", "model": "m"}}
+    )
+    assert policy_for(dsqa, grading)["spec"]["egress"][2:] == [
+        {"to": [{"ipBlock": {"cidr": "10.0.0.7/32"}}], "ports": [{"protocol": "TCP", "port": 8080}]},
+        {"to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}], "ports": [{"protocol": "TCP", "port": 443}]},
+    ]
+    # No judge configured anywhere: nothing beyond DNS and the store.
+    assert policy_for(benchrun(task="alpacaeval"), GradingConfig(grader_image="g:1"))["spec"]["egress"] == (
+        DNS_AND_STORE
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "peer"),
+    [
+        ("http://judge:8000/v1", GatewayPeer(None, "team-a", None)),
+        ("https://judge.llm.svc.cluster.local/v1", GatewayPeer(None, "llm", None)),
+        ("http://10.0.0.5/v1", GatewayPeer("10.0.0.5/32", None, 80)),
+        ("https://10.0.0.5/v1", GatewayPeer("10.0.0.5/32", None, 443)),
+        ("http://[fd00::1]:81/v1", GatewayPeer("fd00::1/128", None, 81)),
+    ],
+)
+def test_url_peer(url: str, peer: GatewayPeer) -> None:
+    assert url_peer(url, "team-a") == peer
+
+
+def test_url_peer_refuses_what_a_network_policy_cannot_express() -> None:
+    with pytest.raises(UrlPeerError, match="cannot be allowed by a NetworkPolicy"):
+        url_peer("https://api.openai.com/v1", "team-a")
+    with pytest.raises(UrlPeerError, match="not an http"):
+        url_peer("ftp://10.0.0.5/v1", "team-a")
+    # The run is not accepted; the operator's own setting is reported at start-up.
+    run = benchrun(
+        task="alpacaeval", evaluation={"judge": {"baseUrl": "https://api.openai.com/v1", "model": "m"}}
+    )
+    reason, message = problem(run, NET_CONFIG)  # type: ignore[misc]
+    assert reason == "InvalidSpec" and message.startswith(
+        "spec.evaluation.judge.baseUrl: host 'api.openai.com'"
+    )
+    assert problem(benchrun(task="alpacaeval", evaluation={"judge": JUDGE}), NET_CONFIG) is None
+    cfg = GradingConfig.from_env({"A2RL_GRADER_IMAGE": "g:1", ENV_JUDGE_BASE_URL: "https://judge.example.com/v1",
+                                  ENV_SEARCH_URL: "http://search.tools/api"})  # fmt: skip
+    (bad,) = cfg.egress_problems()
+    assert bad.startswith(f"{ENV_JUDGE_BASE_URL}: host 'judge.example.com'")
+    assert GRADING.egress_problems() == []
+
+
+def test_the_runs_judge_reaches_its_eval_pods_only_and_overrides_the_operators() -> None:
+    run = benchrun(
+        task="alpacaeval", evaluation={"judge": JUDGE, "judgeSecretRef": {"name": "k", "key": "key"}}
+    )
+    grading = GradingConfig(grader_image="g:1", eval_env={ENV_JUDGE_BASE_URL: "http://judge:8000/v1",
+                                                           ENV_JUDGE_MODEL: "default-judge"})  # fmt: skip
+    ev = containers(build(run, grading))["eval"]
+    env = {e["name"]: e.get("value") for e in ev["env"]}
+    assert env[ENV_JUDGE_BASE_URL] == JUDGE["baseUrl"] and env[ENV_JUDGE_MODEL] == "judge-7b"
+    assert sum(e["name"] == ENV_JUDGE_BASE_URL for e in ev["env"]) == 1
+    assert [e["name"] for e in ev["env"]].count(ENV_JUDGE_API_KEY) == 1
+    # Without a judge in the spec the operator's stays.
+    plain = {
+        e["name"]: e.get("value")
+        for e in containers(build(benchrun(task="alpacaeval"), grading))["eval"]["env"]
+    }
+    assert plain[ENV_JUDGE_MODEL] == "default-judge"
+    # The workspace (agent + recorder), the fetch init container and the report get none of it.
+    workspace = json.dumps(children(run, OperatorConfig(store_uri=STORE)))
+    assert (
+        "judge" not in workspace and ENV_JUDGE_BASE_URL not in workspace and ENV_JUDGE_MODEL not in workspace
+    )
+    assert not any(
+        e["name"].startswith("A2RL_JUDGE") for e in containers(build(run, grading))["fetch-heldout"]["env"]
+    )
+    assert "judge" not in json.dumps(report_job(run, parse_spec(run), STORE, grading))
+
+
+def test_baseline_cache_key_and_run_json_name_the_runs_judge() -> None:
+    """The operator keys the baseline cache with the evaluator version the eval pod computes."""
+    from a2rl_operator.submissions import _baseline_cache_key
+
+    grading = GradingConfig(grader_image="g:1", eval_env={ENV_JUDGE_BASE_URL: "http://judge:8000/v1",
+                                                           ENV_JUDGE_MODEL: "default-judge"})  # fmt: skip
+    own = parse_spec(benchrun(task="alpacaeval", evaluation={"judge": JUDGE}))
+    default = parse_spec(benchrun(task="alpacaeval"))
+    key_own = _baseline_cache_key("alpacaeval", "d" * 64, None, grading.run_eval_env(own))
+    key_default = _baseline_cache_key("alpacaeval", "d" * 64, None, grading.run_eval_env(default))
+    assert key_own.endswith("/alpacaeval-1+judge-judge-7b.json")
+    assert key_default.endswith("/alpacaeval-1+judge-default-judge.json")
+    # What the eval process computes from its own environment (the eval pod's env).
+    pod_env = {
+        e["name"]: e["value"]
+        for e in containers(build(benchrun(task="alpacaeval", evaluation={"judge": JUDGE}), grading))["eval"][
+            "env"
+        ]
+        if "value" in e
+    }
+    assert get_task("alpacaeval", pod_env).evaluator_version == "alpacaeval-1+judge-judge-7b"
+    assert get_task("arith", pod_env).evaluator_version == "arith-1"
+
+
+def test_tasks_that_call_a_judge_declare_its_endpoint() -> None:
+    """`endpoint_env` is what opens the judge egress: every task module using the judge has it."""
+    import importlib
+    import inspect
+
+    for name in TASKS:
+        cls = task_class(name)
+        source = inspect.getsource(importlib.import_module(cls.__module__))
+        assert ("a2rl_tasks.judge" in source) == (ENV_JUDGE_BASE_URL in cls.endpoint_env), name
+    assert task_class("deepsearchqa").endpoint_env == (ENV_JUDGE_BASE_URL, ENV_SEARCH_URL)

@@ -746,3 +746,88 @@ def test_end_of_run_waits_bounded_for_evaluations_and_a_failed_report_fails_the_
     write_result(store, layout_of(run), 1, {"index": 1, "score": 12.0, "error": None}, [])
     finish_pod(admin, pod, None)
     assert wait_state(admin, namespace, f"{name}-00001", "Succeeded")["status"]["score"] == 12.0
+
+
+def test_grading_network_policy_and_the_runs_own_judge(
+    operator: OperatorProcess,
+    admin: client.ApiClient,
+    store: ObjectStore,
+    models: dict[str, Path],
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The first submission gets the run's `<run>-grading` NetworkPolicy (before its eval Job):
+    no ingress; egress to DNS, the store and the run's judge only. The judge's URL and model reach
+    the eval container and not the workspace pod."""
+    from a2rl_tasks.artifacts import stage_to_store
+
+    from tests.test_tasks_alpacaeval import make_alpaca_dir
+    from tests.testenv.controlplane import wait_for
+
+    stage_to_store(get_task("alpacaeval"), store, source=str(make_alpaca_dir(tmp_path / "alpaca")), seed=0)
+    judge = {"baseUrl": "http://judge.llm:8000/v1", "model": "judge-7b"}
+    name = run_name()
+    evaluation = {"cpu": "1", "memory": "2Gi", "backend": "transformers", "limit": 2, "judge": judge}
+    uid = create_run(admin, namespace, name, task="alpacaeval", evaluation=evaluation)["metadata"]["uid"]
+    run = wait_run(admin, namespace, name, "AgentRunning")
+    net, core = client.NetworkingV1Api(admin), client.CoreV1Api(admin)
+    with pytest.raises(ApiException) as absent:  # nothing to grade yet: no policy
+        net.read_namespaced_network_policy(f"{name}-grading", namespace)
+    assert absent.value.status == 404
+
+    submit(admin, record_submission(store, run, 1, models["v1"]))
+    wait_state(admin, namespace, f"{name}-00001", "Evaluating")
+    policy = admin.sanitize_for_serialization(
+        net.read_namespaced_network_policy(f"{name}-grading", namespace)
+    )
+    (owner,) = policy["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("BenchRun", name, uid, True)
+    job = eval_job(admin, namespace, f"{name}-eval-00001")
+    assert (
+        policy["metadata"]["creationTimestamp"]
+        <= admin.sanitize_for_serialization(job)["metadata"]["creationTimestamp"]
+    )
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"] and not spec.get("ingress")
+    dns = {
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+            }
+        ],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    }
+    store_rule = {"to": [{"ipBlock": {"cidr": "127.0.0.1/32"}}], "ports": [{"protocol": "TCP", "port": 9000}]}
+    judge_rule = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "llm"}}}]}
+    assert spec["egress"] == [dns, store_rule, judge_rule]  # no API server: these pods have no token
+    # The API server's own reading of the selector: the run's eval pod, not its workspace pod.
+    sel = spec["podSelector"]
+    (expr,) = sel["matchExpressions"]
+    selector = ",".join(
+        [f"{k}={v}" for k, v in sel["matchLabels"].items()]
+        + [f"{expr['key']} {expr['operator'].lower()} ({','.join(expr['values'])})"]
+    )
+    pod = running_pod(admin, namespace, f"batch.kubernetes.io/job-name={name}-eval-00001")
+    selected = {p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector=selector).items}
+    agent = core.list_namespaced_pod(
+        namespace, label_selector=f"{LABEL_RUN_UID}={uid},{LABEL_COMPONENT}=agent"
+    )
+    assert selected == {pod["metadata"]["name"]} and agent.items[0].metadata.name not in selected
+    # The run's judge in the eval container; nothing of it in the workspace pod.
+    env = container_env(admin, namespace, pod["spec"]["containers"][0])
+    assert env["A2RL_JUDGE_BASE_URL"] == judge["baseUrl"] and env["A2RL_JUDGE_MODEL"] == "judge-7b"
+    workspace = json.dumps(admin.sanitize_for_serialization(agent.items[0]))
+    assert "judge" not in workspace and "A2RL_JUDGE" not in workspace
+
+    # A second submission reuses the policy (get-or-create: no second one, no change).
+    submit(admin, record_submission(store, run, 2, models["base"]))
+    wait_state(admin, namespace, f"{name}-00002", "Evaluating")
+    again = net.read_namespaced_network_policy(f"{name}-grading", namespace)
+    assert again.metadata.uid == policy["metadata"]["uid"]
+    assert again.metadata.resource_version == policy["metadata"]["resourceVersion"]
+    wait_for(
+        lambda: len(net.list_namespaced_network_policy(namespace).items) == 2,  # workspace + grading
+        timeout=10,
+        what="two NetworkPolicies",
+    )

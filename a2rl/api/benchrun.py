@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -22,7 +23,13 @@ from a2rl.api.common import (
     map_list,
     rule_error,
 )
-from a2rl.constants import AGENT_CONTRACT_ENV, BENCHRUN_KIND, ENV_SEED
+from a2rl.constants import (
+    AGENT_CONTRACT_ENV,
+    BENCHRUN_KIND,
+    ENV_JUDGE_BASE_URL,
+    ENV_JUDGE_MODEL,
+    ENV_SEED,
+)
 
 # Variables a2rl sets for the agent; `spec.agent.env` may not override them.
 RESERVED_AGENT_ENV: tuple[str, ...] = (*AGENT_CONTRACT_ENV, ENV_SEED)
@@ -155,6 +162,38 @@ class ResourcesSpec(ApiModel):
     )
 
 
+#: An http(s) URL with a host (the CRD's pattern; the model's validator says it in words).
+HTTP_URL_PATTERN = r"^https?://[^/?#\s@]+([/?#]\S*)?$"
+
+
+class JudgeSpec(ApiModel):
+    """The LLM judge of judge-based tasks (alpacaeval, deepsearchqa) for this run."""
+
+    base_url: str = Field(
+        min_length=1,
+        max_length=2048,
+        description=(
+            "OpenAI-compatible API root of the judge, e.g. `http://judge.llm:8000/v1` (requests go "
+            "to `<baseUrl>/chat/completions`). In a cluster, the host must be an IP address or an "
+            "in-cluster Service (`<service>[.<namespace>[.svc[.cluster.local]]]`): the eval pods' "
+            "NetworkPolicy allows egress to it and to nothing else outside the store."
+        ),
+        json_schema_extra={"pattern": HTTP_URL_PATTERN},
+    )
+    model: str = Field(
+        min_length=1,
+        max_length=253,
+        description="Judge model name (part of the evaluator version, so of the baseline cache key).",
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not re.match(HTTP_URL_PATTERN, url):
+            raise rule_error(f"must be an http(s) URL such as https://judge.example/v1 (got {url!r})")
+        return url
+
+
 class EvaluationSpec(ApiModel):
     """How submissions are evaluated (each in a fresh process or Job)."""
 
@@ -170,6 +209,19 @@ class EvaluationSpec(ApiModel):
     judge_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Judge API key for judge-based tasks; mounted only into evaluation."
     )
+    judge: JudgeSpec | None = Field(
+        default=None,
+        description=(
+            "The judge of judge-based tasks for this run (default: the operator's, or the "
+            "`A2RL_JUDGE_*` environment of `a2rl run`). Set only in evaluation, never for the agent."
+        ),
+    )
+
+    def judge_env(self) -> dict[str, str]:
+        """`A2RL_JUDGE_BASE_URL`/`A2RL_JUDGE_MODEL` of the evaluation process (empty: no per-run judge)."""
+        if self.judge is None:
+            return {}
+        return {ENV_JUDGE_BASE_URL: self.judge.base_url, ENV_JUDGE_MODEL: self.judge.model}
 
 
 class StoreSpec(ApiModel):

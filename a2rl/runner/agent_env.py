@@ -114,6 +114,12 @@ def agent_cwd(spec: BenchRunSpec, ws: Workspace) -> Path:
     return path if path.is_absolute() else ws.root / path
 
 
+def eval_environ(spec: BenchRunSpec, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of the run's evaluations (baseline and submissions): the runner's, with the
+    run's own judge (`spec.evaluation.judge`) over any `A2RL_JUDGE_*` it has."""
+    return {**(os.environ if environ is None else environ), **spec.evaluation.judge_env()}
+
+
 def recorder_env(
     *,
     spec: BenchRunSpec,
@@ -126,8 +132,12 @@ def recorder_env(
     heldout_dir: Path,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Configuration of `a2rl recorder serve` (schemas: "Recorder configuration by environment")."""
-    env = dict(os.environ if environ is None else environ)
+    """Configuration of `a2rl recorder serve` (schemas: "Recorder configuration by environment").
+
+    The recorder's eval processes inherit it, so the run's own judge (`spec.evaluation.judge`)
+    overrides the runner's `A2RL_JUDGE_*` here; the agent never sees either (`agent_base_env`).
+    """
+    env = eval_environ(spec, environ)
     env.update(
         {
             ENV_STORE_URI: store_uri,

@@ -179,7 +179,7 @@ def prepare(
 
     spec = run.spec
     run_name = check_run_name(name or run.metadata.name)
-    task = get_task(spec.task)
+    task = get_task(spec.task, envs.eval_environ(spec))  # its evaluator version names the judge
     argv = envs.resolve_agent_argv(list(spec.agent.command), list(spec.agent.args))
     store = open_writable_store(store_uri or spec.store.uri)
     say(f"[a2rl] resolving base model {spec.base_model.source}")
@@ -246,7 +246,7 @@ def _baseline(prep: _Prepared, say: Callable[[str], None]) -> dict[str, Any]:
         args += ["--limit", str(spec.evaluation.limit)]
     say("[a2rl] scoring the base model (submission 0; cached across runs)")
     log = prep.logs_dir / "baseline.log"
-    code, out = run_a2rl(args, log_path=log, env={**os.environ, **current_trace_env()})
+    code, out = run_a2rl(args, log_path=log, env={**envs.eval_environ(spec), **current_trace_env()})
     if code != 0:
         detail = last_line(log)
         raise A2rlError(

@@ -48,11 +48,12 @@ from a2rl_operator.grading_store import RunStore
 from a2rl_operator.handlers import post_events, write_changes
 from a2rl_operator.kube import Kube
 from a2rl_operator.manifests import parse_spec
+from a2rl_operator.manifests.grading_network import UrlPeerError, grading_network_policy
 from a2rl_operator.manifests.job import AGENT_CONTAINER, RECORDER_CONTAINER
 from a2rl_operator.manifests.report_job import report_job, report_job_name
 from a2rl_operator.manifests.secret import store_uri
 from a2rl_operator.run_tracing import now_ns, operator_tracing, record_root_span, record_run_span
-from a2rl_operator.submissions import grading_of, resync_submissions
+from a2rl_operator.submissions import ensure_grading_policy, grading_of, resync_submissions
 
 Body = dict[str, Any]
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -97,7 +98,9 @@ def _owned(obj: Body | None, uid: str) -> Body | None:
     return obj if any(o.get("uid") == uid for o in owners) else None
 
 
-def prepare_report(kube: Kube, run: Body, store: RunStore, subs: list[Body], logger: Logger) -> None:
+def prepare_report(
+    kube: Kube, run: Body, store: RunStore, subs: list[Body], *, grading: GradingConfig, logger: Logger
+) -> None:
     """run.json and the workspace pod's logs, before the report Job reads the store."""
     from a2rl_tasks import get_task
 
@@ -109,7 +112,7 @@ def prepare_report(kube: Kube, run: Body, store: RunStore, subs: list[Body], log
         run,
         spec,
         base_model_digest=baseline["spec"]["modelDigest"] if baseline else None,
-        evaluator_version=get_task(spec.task).evaluator_version,
+        evaluator_version=get_task(spec.task, grading.run_eval_env(spec)).evaluator_version,
         agent_exit_code=gr.container_exit_code(pod, AGENT_CONTAINER),
     )
     store.write_run_json(doc)
@@ -146,7 +149,11 @@ def advance(
     step = gr.end_step(conds, subs, job, gr.now_utc(), grading.drain_timeout_s)
     report: dict[str, Any] | None = None
     if step.kind is gr.StepKind.START_REPORT:
-        prepare_report(kube, run, store, subs, logger)
+        prepare_report(kube, run, store, subs, grading=grading, logger=logger)
+        try:  # the report pod is under the run's grading NetworkPolicy too (no eval Job may exist)
+            ensure_grading_policy(kube, config, grading, run, spec)
+        except UrlPeerError:  # the report calls no judge: the policy without those URLs
+            kube.ensure(grading_network_policy(run, [], config), meta["uid"])
         if kube.ensure(report_job(run, spec, uri, grading), meta["uid"]):
             logger.info("BenchRun %s/%s: created report Job %s", namespace, name, job_name)
     elif step.kind in (gr.StepKind.FINISH, gr.StepKind.REPORT_FAILED):

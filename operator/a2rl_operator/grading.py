@@ -45,6 +45,7 @@ R_EVAL_JOB_FAILED = "EvalJobFailed"
 R_EVAL_TIMED_OUT = "EvalTimedOut"
 R_NO_RESULT = "NoResult"
 R_HELDOUT_MISSING = "HeldoutDataMissing"
+R_ENDPOINT_NOT_ALLOWED = "EndpointNotAllowed"  # the judge/search URL cannot be a NetworkPolicy peer
 R_MAX_SUBMISSIONS = "MaxSubmissionsExceeded"
 R_AFTER_DEADLINE = "AfterDeadline"
 R_UNKNOWN_RUN = "UnknownRun"

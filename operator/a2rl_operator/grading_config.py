@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from a2rl.api.benchrun import BenchRunSpec
 from a2rl.constants import (
     ENV_EVAL_TIMEOUT,
     ENV_GRADER_IMAGE,
@@ -32,6 +33,8 @@ DEFAULT_RESYNC_S = 30.0
 DEFAULT_SUBMIT_ALLOWANCE_S = 600
 #: Non-secret settings of judge-based tasks forwarded from the operator to every eval Job.
 FORWARDED_EVAL_ENV = (ENV_JUDGE_BASE_URL, ENV_JUDGE_MODEL, ENV_SEARCH_URL)
+#: Those of them that are URLs of services the eval pods call (their NetworkPolicy allows them).
+ENDPOINT_ENV = (ENV_JUDGE_BASE_URL, ENV_SEARCH_URL)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,24 @@ class GradingConfig:
     @property
     def enabled(self) -> bool:
         return bool(self.grader_image)
+
+    def egress_problems(self) -> list[str]:
+        """The forwarded service URLs the eval pods' NetworkPolicy cannot allow (host names)."""
+        from a2rl_operator.manifests.grading_network import UrlPeerError, url_peer
+
+        problems = []
+        for name, url in self.eval_env.items():
+            if name in ENDPOINT_ENV:
+                try:
+                    url_peer(url, "default")
+                except UrlPeerError as exc:
+                    problems.append(f"{name}: {exc}")
+        return problems
+
+    def run_eval_env(self, spec: BenchRunSpec) -> dict[str, str]:
+        """The non-secret settings of the run's evaluations: the operator's, overridden by the
+        run's own judge (`spec.evaluation.judge`)."""
+        return {**dict(self.eval_env), **spec.evaluation.judge_env()}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> GradingConfig:

@@ -44,6 +44,7 @@ from a2rl_operator.fingerprint import SeenStates, job_fingerprint, pod_fingerpri
 from a2rl_operator.kube import Kube, NameConflictError
 from a2rl_operator.manifests import children, parse_spec
 from a2rl_operator.manifests.common import workspace_name
+from a2rl_operator.manifests.grading_network import UrlPeerError, url_peer
 from a2rl_operator.manifests.network import GatewayError, parse_gateway
 from a2rl_operator.manifests.secret import store_uri
 from a2rl_operator.retention import retain
@@ -96,6 +97,11 @@ def problem(body: Body, config: OperatorConfig) -> tuple[str, str] | None:
             parse_gateway(spec.llm_gateway)
         except GatewayError as exc:
             return st.R_INVALID_SPEC, f"spec.llmGateway: {exc}"
+    if spec.evaluation.judge is not None:  # the eval pods' NetworkPolicy must be able to allow it
+        try:
+            url_peer(spec.evaluation.judge.base_url, body["metadata"]["namespace"])
+        except UrlPeerError as exc:
+            return st.R_INVALID_SPEC, f"spec.evaluation.judge.baseUrl: {exc}"
     if store_uri(spec, config) is None:
         return st.R_NO_STORE, "spec.store.uri is unset and the operator has no default store (--store-uri)"
     return None

@@ -10,7 +10,8 @@ Per submission:
    or it came after the deadline;
 2. the baseline (index 0) is served from the store's baseline cache when the (task, model
    digest, evaluator version) was evaluated before: no eval Job;
-3. otherwise an eval Job (`manifests/eval_job.py`) is created and the state is `Evaluating`;
+3. otherwise the run's grading NetworkPolicy (`manifests/grading_network.py`) is made sure of,
+   then an eval Job (`manifests/eval_job.py`) is created and the state is `Evaluating`;
 4. when the Job has finished: `result.json` is read from the store and its score / error /
    timings are copied into the status (`Succeeded`, or `Failed` with the reason); a Job that
    failed without a result makes the submission `Failed` (the run goes on). The pod's log is
@@ -52,6 +53,12 @@ from a2rl_operator.grading_store import RunStore
 from a2rl_operator.kube import Kube, NameConflictError
 from a2rl_operator.manifests import parse_spec
 from a2rl_operator.manifests.eval_job import EvalTarget, eval_job, eval_job_name
+from a2rl_operator.manifests.grading_network import (
+    UrlPeerError,
+    endpoint_urls,
+    grading_network_policy,
+    grading_policy_name,
+)
 from a2rl_operator.manifests.secret import store_uri
 from a2rl_operator.run_tracing import now_ns, operator_tracing, record_run_span
 
@@ -73,8 +80,21 @@ def _grading_startup(memo: Any, logger: Logger, **_: Any) -> None:
     memo.grading = GradingConfig.from_env()
     if memo.grading.enabled:
         logger.info("grading on: eval and report Jobs use %s", memo.grading.grader_image)
+        for problem in memo.grading.egress_problems():
+            logger.error("%s: runs of judge-based tasks without spec.evaluation.judge will fail", problem)
     else:
         logger.info("grading off (no A2RL_GRADER_IMAGE): runs end when their agent does")
+
+
+def ensure_grading_policy(
+    kube: Kube, config: OperatorConfig, grading: GradingConfig, run: Body, spec: BenchRunSpec
+) -> bool:
+    """Get-or-create the run's grading NetworkPolicy (before any of its eval or report pods).
+    Raises UrlPeerError when a service URL the task's evaluation calls cannot be allowed."""
+    from a2rl_tasks import task_class
+
+    urls = endpoint_urls(task_class(spec.task).endpoint_env, grading.run_eval_env(spec))
+    return kube.ensure(grading_network_policy(run, urls, config), run["metadata"]["uid"])
 
 
 # --- one submission -----------------------------------------------------------------------------
@@ -111,11 +131,12 @@ def refresh_aggregate(kube: Kube, namespace: str, run_name: str) -> None:
     kube.update_status(namespace, run_name, mutate)
 
 
-def _baseline_cache_key(task: str, model_digest: str, limit: int | None) -> str:
+def _baseline_cache_key(task: str, model_digest: str, limit: int | None, eval_env: dict[str, str]) -> str:
+    """The key the eval pod's evaluator version gives: its judge (the run's own or the operator's)."""
     from a2rl_grader.baseline import baseline_cache_key
     from a2rl_tasks import get_task
 
-    return baseline_cache_key(get_task(task), model_digest, limit)
+    return baseline_cache_key(get_task(task, eval_env), model_digest, limit)
 
 
 def _heldout_key(task: str, seed: int) -> str:
@@ -179,7 +200,9 @@ def process_submission(
         return
     rmeta = run["metadata"]
     cache_key = (
-        _baseline_cache_key(run_spec.task, spec.model_digest, run_spec.evaluation.limit)
+        _baseline_cache_key(
+            run_spec.task, spec.model_digest, run_spec.evaluation.limit, grading.run_eval_env(run_spec)
+        )
         if spec.index == BASELINE_INDEX
         else None
     )
@@ -195,12 +218,12 @@ def process_submission(
     )
     job = kube.get_job(ns, ctx.job_name)
     if job is None:
-        _start(kube, grading, ctx, logger)
+        _start(kube, config, grading, ctx, logger)
     else:
         _observe(kube, ctx, job, logger)
 
 
-def _start(kube: Kube, grading: GradingConfig, ctx: _Context, logger: Logger) -> None:
+def _start(kube: Kube, config: OperatorConfig, grading: GradingConfig, ctx: _Context, logger: Logger) -> None:
     """Admission, the baseline cache, then the eval Job. Only a submission without a Job is
     admitted: one already evaluating finishes even when the run ends meanwhile."""
     meta = ctx.sub["metadata"]
@@ -231,6 +254,9 @@ def _start(kube: Kube, grading: GradingConfig, ctx: _Context, logger: Logger) ->
     manifest = eval_job(ctx.run, ctx.sub, ctx.run_spec, target, grading)
     started_ns = now_ns()
     try:
+        if ensure_grading_policy(kube, config, grading, ctx.run, ctx.run_spec):
+            logger.info("BenchRun %s/%s: created NetworkPolicy %s", ns, ctx.spec.run_name,
+                        grading_policy_name(ctx.run))  # fmt: skip
         if kube.ensure(manifest, meta["uid"]):
             logger.info("BenchSubmission %s/%s: created eval Job %s", ns, meta["name"], ctx.job_name)
             attrs: dict[str, str | int] = {ATTR_SUBMISSION_INDEX: ctx.spec.index, "a2rl.job": ctx.job_name}
@@ -240,6 +266,10 @@ def _start(kube: Kube, grading: GradingConfig, ctx: _Context, logger: Logger) ->
             )
     except NameConflictError as exc:
         write(kube, ctx.sub, gr.failed(gr.R_EVAL_JOB_FAILED, str(exc)))
+        return
+    except UrlPeerError as exc:
+        write(kube, ctx.sub, gr.failed(gr.R_ENDPOINT_NOT_ALLOWED, f"no eval pod may call it: {exc}"))
+        refresh_aggregate(kube, ns, ctx.spec.run_name)
         return
     write(kube, ctx.sub, gr.evaluating(ctx.job_name))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 
 from a2rl.errors import A2rlError
 from a2rl_tasks.base import EvalResult, StagedData, Task
@@ -19,14 +20,24 @@ TASKS: dict[str, str] = {
 }
 
 
-def get_task(name: str) -> Task:
-    """The task called `name`; a clear error listing the known ones otherwise."""
+def task_class(name: str) -> type[Task]:
+    """The class of the task called `name` (its module imported, nothing built)."""
     target = TASKS.get(name)
     if target is None:
         raise A2rlError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
     module_name, cls_name = target.split(":")
-    task: Task = getattr(importlib.import_module(module_name), cls_name)()
-    return task
+    cls: type[Task] = getattr(importlib.import_module(module_name), cls_name)
+    return cls
 
 
-__all__ = ["TASKS", "EvalResult", "StagedData", "Task", "get_task"]
+def get_task(name: str, environ: Mapping[str, str] | None = None) -> Task:
+    """The task called `name`; a clear error listing the known ones otherwise.
+
+    `environ`: the evaluation's settings (the judge, the search tool) when they are not this
+    process's environment, e.g. a run's own judge (`spec.evaluation.judge`).
+    """
+    cls = task_class(name)
+    return cls(environ=environ) if environ is not None and cls.endpoint_env else cls()
+
+
+__all__ = ["TASKS", "EvalResult", "StagedData", "Task", "get_task", "task_class"]

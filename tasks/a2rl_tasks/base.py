@@ -9,10 +9,11 @@ baseline cache keys on it).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from a2rl_grader.inference.base import InferenceBackend
@@ -50,6 +51,14 @@ class Task(ABC):
     evaluator_version: str
     #: Version of the staged data format/content; part of the staging cache key.
     data_version: str
+    #: Environment variables holding the URLs of services the evaluation calls (the LLM judge,
+    #: a search API). Such a task reads its settings from `environ` (default: `os.environ`) and
+    #: names them in its evaluator version; in a cluster the eval pods may reach those URLs.
+    endpoint_env: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        """`environ`: the evaluation's settings (`endpoint_env`); tasks without any ignore it."""
+        del environ
 
     @abstractmethod
     def stage(self, staged: StagedData, *, source: str | None = None, seed: int = 0) -> None:

@@ -1,7 +1,8 @@
 """The eval Job of one BenchSubmission: a fresh pod that evaluates the stored snapshot.
 
 What only this pod gets: the held-out data (fetched from the store by an init container into an
-emptyDir, or a read-only PVC) and the judge credentials (`spec.evaluation.judgeSecretRef`). It
+emptyDir, or a read-only PVC), the judge credentials (`spec.evaluation.judgeSecretRef`) and the
+judge's endpoint and model (`spec.evaluation.judge`, else the operator's `A2RL_JUDGE_*`). It
 gets the store credentials (the run's store Secret) to read the snapshot and write
 `result.json`; no ServiceAccount token; the restricted security context with a read-only root
 filesystem (scratch space is an emptyDir at /tmp). Its resources, GPUs included, come from
@@ -144,7 +145,7 @@ def _env(pairs: dict[str, str]) -> list[Manifest]:
 
 
 def eval_env(spec: BenchRunSpec, grading: GradingConfig) -> list[Manifest]:
-    env = _env({**OFFLINE_ENV, **SCRATCH_ENV, **dict(grading.eval_env)})
+    env = _env({**OFFLINE_ENV, **SCRATCH_ENV, **grading.run_eval_env(spec)})
     judge = spec.evaluation.judge_secret_ref
     if judge is not None:
         env.append({"name": ENV_JUDGE_API_KEY,

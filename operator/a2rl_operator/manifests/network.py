@@ -53,16 +53,16 @@ def parse_gateway(text: str) -> GatewayPeer:
     )
 
 
-def _ip_rule(egress: Egress) -> Manifest:
+def ip_rule(egress: Egress) -> Manifest:
     rule: Manifest = {"to": [{"ipBlock": {"cidr": egress.cidr}}]}
     if egress.port is not None:
         rule["ports"] = [{"protocol": "TCP", "port": egress.port}]
     return rule
 
 
-def _gateway_rule(peer: GatewayPeer) -> Manifest:
+def gateway_rule(peer: GatewayPeer) -> Manifest:
     if peer.cidr is not None:
-        return _ip_rule(Egress(peer.cidr, peer.port))
+        return ip_rule(Egress(peer.cidr, peer.port))
     rule: Manifest = {"to": [{"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: peer.namespace}}}]}
     if peer.port is not None:
         rule["ports"] = [{"protocol": "TCP", "port": peer.port}]
@@ -83,10 +83,10 @@ DNS_RULE: Manifest = {
 def network_policy(body: Body, gateway: str | None, config: OperatorConfig) -> Manifest:
     """Raises GatewayError when `gateway` is not expressible (the run is then not accepted)."""
     egress = [DNS_RULE]
-    egress += [_ip_rule(e) for e in config.store_egress]
-    egress += [_ip_rule(e) for e in config.apiserver_egress]
+    egress += [ip_rule(e) for e in config.store_egress]
+    egress += [ip_rule(e) for e in config.apiserver_egress]
     if gateway:
-        egress.append(_gateway_rule(parse_gateway(gateway)))
+        egress.append(gateway_rule(parse_gateway(gateway)))
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

@@ -6,9 +6,11 @@ Score = length-controlled win rate (%) of the model's outputs against the refere
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from a2rl.constants import ENV_JUDGE_BASE_URL
 from a2rl.errors import A2rlError
 from a2rl_tasks.alpacaeval import data
 from a2rl_tasks.alpacaeval.prompting import (
@@ -113,11 +115,12 @@ class AlpacaEvalTask(Task):
     data_version = "1"
     #: No built-in data: staging needs `--source`.
     default_source: str | None = None
+    endpoint_env: ClassVar[tuple[str, ...]] = (ENV_JUDGE_BASE_URL,)
 
-    def __init__(self) -> None:
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         # The judge model decides the score, so it is part of the version (and of the baseline
         # cache key): a different judge never reuses an old baseline.
-        judge_model = judge_model_from_env()
+        judge_model = judge_model_from_env(environ)
         if judge_model:
             self.evaluator_version = f"{BASE_VERSION}+judge-{version_tag(judge_model)}"
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from a2rl.constants import ENV_JUDGE_BASE_URL, ENV_SEARCH_URL
 from a2rl.errors import A2rlError
 from a2rl_tasks.base import EvalResult, StagedData, Task
 from a2rl_tasks.common.jsonl import read_jsonl, write_jsonl
@@ -100,15 +102,16 @@ class DeepSearchQATask(Task):
     data_version = "1"
     #: No built-in data: staging needs `--source`.
     default_source: str | None = None
+    endpoint_env: ClassVar[tuple[str, ...]] = (ENV_JUDGE_BASE_URL, ENV_SEARCH_URL)
 
-    def __init__(self) -> None:
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         # The judge and the search tool decide the score: both are part of the version (and of
         # the baseline cache key).
         parts = [BASE_VERSION]
-        judge_model = judge_model_from_env()
+        judge_model = judge_model_from_env(environ)
         if judge_model:
             parts.append(f"judge-{version_tag(judge_model)}")
-        search_tag = search_tag_from_env()
+        search_tag = search_tag_from_env(environ)
         if search_tag:
             parts.append(f"search-{version_tag(search_tag)}")
         self.evaluator_version = "+".join(parts)
