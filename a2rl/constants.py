@@ -36,6 +36,7 @@ COMPONENT_AGENT: Final = "agent"
 COMPONENT_RECORDER: Final = "recorder"
 COMPONENT_EVAL: Final = "eval"
 COMPONENT_REPORT: Final = "report"
+COMPONENT_SETUP: Final = "setup"  # the workspace pod's first init container (`a2rl recorder setup`)
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 

@@ -94,7 +94,7 @@ def test_pod_passes_the_restricted_standard_and_the_checker_catches_violations()
     pod = workspace_job(benchrun(), parse_spec(benchrun()), CONFIG)["spec"]["template"]["spec"]
     assert restricted_violations(pod) == []
     bad = copy.deepcopy(pod)
-    bad["initContainers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
+    bad["initContainers"][1]["securityContext"]["allowPrivilegeEscalation"] = True
     bad["containers"][0]["securityContext"]["capabilities"] = {"add": ["SYS_ADMIN"]}
     bad["securityContext"].pop("seccompProfile")
     bad["containers"][0]["securityContext"].pop("seccompProfile")
@@ -124,7 +124,8 @@ def test_agent_gets_the_contract_env_but_no_token_and_no_store_credentials() -> 
     assert env["X"] == "1" and env["SEED"] == "0"
     assert "envFrom" not in agent
     assert [m["mountPath"] for m in agent["volumeMounts"]] == ["/workspace"]
-    (recorder,) = pod["initContainers"]
+    setup, recorder = pod["initContainers"]
+    assert "restartPolicy" not in setup  # runs to completion first
     assert recorder["restartPolicy"] == "Always"  # native sidecar
     assert recorder["command"] == ["a2rl", "recorder", "serve"]
     assert {"secretRef": {"name": "demo-store"}} in recorder["envFrom"]
@@ -142,8 +143,8 @@ def test_store_secret_carries_uri_and_credentials_unless_the_run_names_its_own()
     own = benchrun(store={"uri": "s3://mine/x", "secretRef": "my-keys"})
     objs = by_kind(children(own, CONFIG))
     assert objs["Secret"]["stringData"] == {ENV_STORE_URI: "s3://mine/x"}
-    recorder = objs["Job"]["spec"]["template"]["spec"]["initContainers"][0]
-    assert {"secretRef": {"name": "my-keys"}} in recorder["envFrom"]
+    for init in objs["Job"]["spec"]["template"]["spec"]["initContainers"]:
+        assert {"secretRef": {"name": "my-keys"}} in init["envFrom"]
 
 
 def test_gpu_requests_equal_limits_and_gpu_pods_are_not_disrupted() -> None:
@@ -244,18 +245,18 @@ def test_trace_context_reaches_the_recorder_but_never_the_agent() -> None:
     traced["metadata"]["annotations"] = {ANNOTATION_TRACE_CONTEXT: carrier}
     pod = workspace_job(traced, parse_spec(traced), CONFIG)["spec"]["template"]["spec"]
     (agent,) = pod["containers"]
-    (recorder,) = pod["initContainers"]
-    renv = {e["name"]: e.get("value") for e in recorder["env"]}
-    assert renv[ENV_TRACEPARENT] == str(traceparent_from_carrier(carrier))
+    for init in pod["initContainers"]:
+        renv = {e["name"]: e.get("value") for e in init["env"]}
+        assert renv[ENV_TRACEPARENT] == str(traceparent_from_carrier(carrier))
     assert ENV_TRACEPARENT not in {e["name"] for e in agent["env"]}
     # A run without the annotation (not yet patched) gets no variable rather than a bogus one.
     plain = workspace_job(benchrun(), parse_spec(benchrun()), CONFIG)["spec"]["template"]["spec"]
-    assert ENV_TRACEPARENT not in {e["name"] for e in plain["initContainers"][0]["env"]}
+    assert ENV_TRACEPARENT not in {e["name"] for e in plain["initContainers"][1]["env"]}
 
 
 def test_recorder_dispatches_to_the_cluster_and_spools_in_its_own_empty_dir() -> None:
     pod = workspace_job(benchrun(), parse_spec(benchrun()), CONFIG)["spec"]["template"]["spec"]
-    (recorder,) = pod["initContainers"]
+    _, recorder = pod["initContainers"]
     (agent,) = pod["containers"]
     env = {e["name"]: e["value"] for e in recorder["env"] if "value" in e}
     # The recorder's own configuration parser accepts the pod's environment as cluster mode.
@@ -268,3 +269,41 @@ def test_recorder_dispatches_to_the_cluster_and_spools_in_its_own_empty_dir() ->
     assert volume == {"name": spool["name"], "emptyDir": {}}
     assert spool["name"] not in {m["name"] for m in agent["volumeMounts"]}  # never in the sandbox
     assert not cfg.spool_dir.is_relative_to(cfg.workspace)
+
+
+def test_setup_container_prepares_the_workspace_before_the_recorder_with_the_recorders_config() -> None:
+    run = benchrun(seed=3)
+    pod = workspace_job(run, parse_spec(run), CONFIG)["spec"]["template"]["spec"]
+    setup, recorder = pod["initContainers"]
+    # The ML stack (building/copying the base model, the task registry) is in the set-up image.
+    assert setup["name"] == "setup" and setup["image"] == CONFIG.setup_image != recorder["image"]
+    assert setup["resources"]["requests"] == setup["resources"]["limits"] == {"cpu": "1", "memory": "4Gi"}
+    argv = setup["command"]
+    assert argv[:3] == ["a2rl", "recorder", "setup"]
+    args = dict(zip(argv[3::2], argv[4::2], strict=True))
+    spec = parse_spec(run)
+    assert args == {
+        "--base-model-source": spec.base_model.source,
+        "--base-model-name": spec.base_model.name,
+        "--seed": "3",
+        "--grace-seconds": str(spec.budget.grace_seconds),
+    }
+    # The CLI parses exactly this command line.
+    from a2rl.cli import build_parser
+
+    parsed = build_parser().parse_args(argv[1:])
+    assert (parsed.base_model_source, parsed.seed) == (spec.base_model.source, 3)
+    # Same identity, store and token as the recorder (it creates BenchSubmission <run>-00000) …
+    renv = {e["name"]: e.get("value") for e in recorder["env"]}
+    senv = {e["name"]: e.get("value") for e in setup["env"]}
+    assert {k: senv[k] for k in renv} == renv
+    assert setup["envFrom"] == recorder["envFrom"]
+    mounts = {m["mountPath"]: m for m in setup["volumeMounts"]}
+    assert mounts["/workspace"]["name"] == "workspace"
+    assert mounts["/var/run/secrets/kubernetes.io/serviceaccount"]["readOnly"] is True
+    # … and scratch space of its own for the model cache (never the workspace, never the spool).
+    assert senv["HOME"] == senv["TMPDIR"] == "/tmp" and mounts["/tmp"]["name"] == "setup-scratch"
+    assert {"name": "setup-scratch", "emptyDir": {}} in pod["volumes"]
+    # The agent gets none of it.
+    (agent,) = pod["containers"]
+    assert "envFrom" not in agent and "A2RL_RUN_PREFIX" not in {e["name"] for e in agent["env"]}

@@ -27,6 +27,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="image of the recorder sidecar",
     )
     p.add_argument(
+        "--setup-image",
+        default=os.environ.get("A2RL_SETUP_IMAGE"),
+        help="image of the workspace set-up init container (default: the grader image)",
+    )
+    p.add_argument(
         "--store-egress",
         action="append",
         default=[],
@@ -65,6 +70,7 @@ def _config(args: argparse.Namespace) -> object:
         k: v
         for k, v in {
             "recorder_image": args.recorder_image,
+            "setup_image": args.setup_image,
             "setup_allowance_s": args.setup_allowance,
             "workspace_size": args.workspace_size,
             "storage_class": args.storage_class,

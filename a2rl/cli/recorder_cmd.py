@@ -17,6 +17,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("--port", type=int, default=None, help="port (overrides A2RL_RECORDER_PORT; 0 = any free)")
     s.set_defaults(func=_serve)
+    st = rsub.add_parser(
+        "setup",
+        help="prepare a cluster run's workspace volume and record the baseline submission "
+        "(the workspace pod's first init container; config: the recorder's A2RL_* env)",
+    )
+    st.add_argument("--base-model-source", required=True, help="spec.baseModel.source, e.g. builtin:tiny")
+    st.add_argument("--base-model-name", required=True, help="spec.baseModel.name (models/<name>/)")
+    st.add_argument("--seed", type=int, default=0, help="spec.seed: which staged data split (default 0)")
+    st.add_argument("--grace-seconds", type=int, default=30, help="spec.budget.graceSeconds (instructions)")
+    st.set_defaults(func=_setup)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -32,3 +42,35 @@ def _serve(args: argparse.Namespace) -> int:
             raise A2rlError(f"--port must be between 0 and 65535, got {args.port}")
         config = dataclasses.replace(config, port=args.port)
     return serve(config)
+
+
+def _setup(args: argparse.Namespace) -> int:
+    from a2rl_recorder.app import cluster_dispatcher
+    from a2rl_recorder.cluster_dispatch import ClusterDispatcher
+    from a2rl_recorder.config import RecorderConfig
+    from a2rl_recorder.setup import SetupParams, setup_workspace
+
+    from a2rl import constants as c
+    from a2rl.errors import A2rlError
+    from a2rl.store.open import open_store
+    from a2rl.tracing import init_tracing
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = RecorderConfig.from_env()
+    if config.dispatch != c.DISPATCH_CLUSTER:
+        raise A2rlError("`a2rl recorder setup` prepares a cluster run; locally `a2rl run` does this")
+    store = open_store(config.store_uri)
+    tracing = init_tracing(c.COMPONENT_SETUP, store=store, run_prefix=config.run_prefix)
+    params = SetupParams(
+        base_model_source=args.base_model_source,
+        base_model_name=args.base_model_name,
+        seed=args.seed,
+        grace_s=args.grace_seconds,
+    )
+    dispatcher = cluster_dispatcher(config, store)
+    assert isinstance(dispatcher, ClusterDispatcher)
+    try:
+        setup_workspace(config, store, params, create_submission=dispatcher.create)
+    finally:
+        tracing.shutdown()
+    return 0

@@ -27,6 +27,8 @@ from a2rl.constants import (
 from a2rl.errors import A2rlError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+#: What a freshly formatted volume already holds (ext4's `lost+found`): not the agent's files.
+MOUNT_ARTIFACTS = frozenset({"lost+found"})
 
 
 def sanitize_model_name(name: str) -> str:
@@ -144,18 +146,28 @@ def create_workspace(
     model_src: Path,
     base_model_name: str,
     train_dir: Path,
-    heldout_dir: Path,
+    heldout_dir: Path | None,
     description: str,
     instructions: str,
     meta: dict[str, Any],
+    into_empty_mount: bool = False,
 ) -> Workspace:
-    """Create the workspace at `root` (must not exist yet)."""
-    if _inside(heldout_dir, train_dir) or _inside(train_dir, heldout_dir):
+    """Create the workspace at `root`, which must not exist yet — or, with `into_empty_mount`
+    (a volume mounted there in a pod), must be an empty directory."""
+    if heldout_dir is not None and (_inside(heldout_dir, train_dir) or _inside(train_dir, heldout_dir)):
         raise A2rlError(f"refusing to stage data: held-out {heldout_dir} overlaps train split {train_dir}")
-    if root.exists():
+    if into_empty_mount:
+        if not root.is_dir():
+            raise A2rlError(f"workspace volume not mounted: {root} is not a directory")
+        if leftovers := sorted(p.name for p in root.iterdir() if p.name not in MOUNT_ARTIFACTS):
+            raise A2rlError(
+                f"workspace {root} is not empty ({', '.join(leftovers[:5])}): "
+                "a workspace is set up once, before the agent starts"
+            )
+    elif root.exists():
         raise A2rlError(f"workspace already exists: {root}")
     ws = Workspace(root=root, base_name=sanitize_model_name(base_model_name))
-    root.mkdir(parents=True)
+    root.mkdir(parents=True, exist_ok=into_empty_mount)
     ws.code_dir.mkdir()
     ws.output_dir.mkdir()
     ws.model_dir.parent.mkdir()

@@ -1,6 +1,7 @@
 """Where everything lives in the object store (design §3, "Object layout").
 
     <namespace>/<run>-<uid>/run.json                     BenchRun spec + metadata at start
+    <namespace>/<run>-<uid>/benchrun.json                cluster: the BenchRun's final record on deletion
     <namespace>/<run>-<uid>/blobs/<sha256>               content-addressed file contents (code and models)
     <namespace>/<run>-<uid>/revisions/<n>.json           code revision n: a TreeManifest + time + reason
     <namespace>/<run>-<uid>/submissions/<n>/manifest.json   submission n: model + code snapshot digests

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from a2rl.constants import ENV_S3_ACCESS_KEY, ENV_S3_ENDPOINT, ENV_S3_SECRET_KEY, ENV_STORE_URI
 
 DEFAULT_RECORDER_IMAGE = "ghcr.io/a2rl/recorder:0.1.0"
+# The workspace set-up container builds/copies the base model and reads the task registry: it
+# needs the ML stack, which the grader image has (the recorder image deliberately has not).
+DEFAULT_SETUP_IMAGE = "ghcr.io/a2rl/grader:0.1.0"
 # Time the pod gets on top of the agent's budget before the Job deadline kills it: image pull,
 # recorder start-up, workspace staging and the final flush of the recorder.
 DEFAULT_SETUP_ALLOWANCE_S = 600
@@ -26,6 +29,7 @@ class Egress:
 @dataclass(frozen=True)
 class OperatorConfig:
     recorder_image: str = DEFAULT_RECORDER_IMAGE
+    setup_image: str = DEFAULT_SETUP_IMAGE
     #: Store of runs whose spec names none (`s3://bucket/prefix`).
     store_uri: str | None = None
     #: Credentials written into each run's store Secret (recorder only) when the run names no Secret.
@@ -37,6 +41,8 @@ class OperatorConfig:
     storage_class: str | None = None
     recorder_cpu: str = "500m"
     recorder_memory: str = "1Gi"
+    setup_cpu: str = "1"
+    setup_memory: str = "4Gi"
     #: Seconds the finalizer may wait for artifact retention before it lets the BenchRun go.
     finalizer_timeout_s: int = 300
 

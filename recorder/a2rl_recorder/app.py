@@ -11,6 +11,7 @@ process) or `ClusterDispatcher` (a BenchSubmission), per `config.dispatch`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import sys
@@ -26,8 +27,10 @@ from a2rl.store.layout import RunLayout
 from a2rl.tracing import init_tracing
 from a2rl_recorder.config import RecorderConfig
 from a2rl_recorder.dispatch import EvaluationDispatcher, LocalDispatcher
+from a2rl_recorder.runmeta import update_run_meta
 from a2rl_recorder.server import RecorderHTTPServer
 from a2rl_recorder.service import Recorder
+from a2rl_recorder.setup import recorded_base_digest
 from a2rl_recorder.snapshots import CodeWatcher
 from a2rl_recorder.spool import SpoolingStore, default_spool_dir
 
@@ -92,6 +95,13 @@ def serve(
             f"A2RL_RUN_PREFIX must look like <namespace>/<run>-<uid>, got {config.run_prefix!r}"
         ) from None
     store = store or open_store(config.store_uri)
+    if config.base_model_digest is None:
+        config = dataclasses.replace(config, base_model_digest=_recorded_base_digest(store, config))
+    try:
+        # The agent's clock starts now (the local runner wrote the same values before starting us).
+        update_run_meta(config.workspace, start_time=int(config.run_start), timeout_s=int(config.timeout_s))
+    except OSError as exc:
+        log.warning("could not write run_meta.json in the workspace: %s", exc)
     # Spans go straight to the store (the exporter keeps and retries them), not through the spool.
     tracing = init_tracing(c.COMPONENT_RECORDER, store=store, run_prefix=config.run_prefix)
     if not isinstance(store, SpoolingStore):
@@ -144,6 +154,15 @@ def serve(
         tracing.shutdown()
     print("a2rl-recorder stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _recorded_base_digest(store: ObjectStore, config: RecorderConfig) -> str | None:
+    """Cluster mode: the base model's digest, recorded as submission 0 by `a2rl recorder setup`."""
+    try:
+        return recorded_base_digest(store, RunLayout.from_prefix(config.run_prefix))
+    except Exception as exc:  # an unreachable store must not keep the grading API down
+        log.warning("base model digest unknown (copies of the base model are evaluated): %s", exc)
+        return None
 
 
 def _install_signal_handlers(stop: threading.Event) -> None:

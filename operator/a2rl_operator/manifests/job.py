@@ -1,4 +1,4 @@
-"""The workspace Job: the agent container plus the recorder as a native sidecar.
+"""The workspace Job: set-up init container, the recorder as a native sidecar, the agent.
 
 Pod-level: no automounted service-account token, non-root, seccomp RuntimeDefault. The agent
 gets the design §2 environment and the workspace volume, nothing else: no token, no store
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from a2rl_recorder.setup import SetupParams, setup_argv
+
 from a2rl.api.benchrun import BenchRunSpec
 from a2rl.constants import (
     ANNOTATION_DO_NOT_DISRUPT,
@@ -17,6 +19,7 @@ from a2rl.constants import (
     DEFAULT_RECORDER_PORT,
     DISPATCH_CLUSTER,
     ENV_BASE_MODEL,
+    ENV_CACHE_DIR,
     ENV_DATA_PATH,
     ENV_DRIVER_MODEL,
     ENV_EVAL_BACKEND,
@@ -60,6 +63,7 @@ from a2rl_operator.manifests.secret import store_secret_name
 
 AGENT_CONTAINER = "agent"
 RECORDER_CONTAINER = "recorder"
+SETUP_CONTAINER = "setup"
 WORKSPACE_VOLUME = "workspace"
 TOKEN_VOLUME = "runner-token"
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -67,6 +71,9 @@ TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 # own, so spooled snapshots survive a recorder restart in the pod but never enter the workspace.
 SPOOL_VOLUME = "recorder-spool"
 SPOOL_MOUNT = "/var/run/a2rl/spool"
+# Scratch space of the set-up container (model cache, downloaded train data before the copy).
+SETUP_SCRATCH_VOLUME = "setup-scratch"
+SETUP_SCRATCH_MOUNT = "/tmp"
 TOKEN_TTL_S = 3600
 RUN_AS_UID = 1000
 GRADING_URL = f"http://127.0.0.1:{DEFAULT_RECORDER_PORT}"
@@ -166,12 +173,49 @@ def agent_container(body: Body, spec: BenchRunSpec) -> Manifest:
     return container
 
 
-def recorder_container(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Manifest:
+def store_env_from(body: Body, spec: BenchRunSpec) -> list[Manifest]:
+    """The store credentials (the run's store Secret, then `spec.store.secretRef`)."""
     env_from: list[Manifest] = [{"secretRef": {"name": store_secret_name(body)}}]
     if spec.store.secret_ref is not None:
         env_from.append({"secretRef": {"name": spec.store.secret_ref}})
+    return env_from
+
+
+def _guaranteed(amounts: dict[str, str]) -> Manifest:
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def setup_container(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Manifest:
+    """`a2rl recorder setup`: runs to completion before the recorder and the agent start."""
+    params = SetupParams(
+        base_model_source=spec.base_model.source,
+        base_model_name=spec.base_model.name,
+        seed=spec.seed,
+        grace_s=spec.budget.grace_seconds,
+    )
+    scratch = {
+        "HOME": SETUP_SCRATCH_MOUNT,
+        "TMPDIR": SETUP_SCRATCH_MOUNT,
+        ENV_CACHE_DIR: f"{SETUP_SCRATCH_MOUNT}/a2rl",
+    }
+    return {
+        "name": SETUP_CONTAINER,
+        "image": config.setup_image,
+        "command": setup_argv(params),
+        "env": recorder_env(body, spec) + _env(scratch),
+        "envFrom": store_env_from(body, spec),
+        "resources": _guaranteed({"cpu": config.setup_cpu, "memory": config.setup_memory}),
+        "securityContext": restricted_security_context(),
+        "volumeMounts": [
+            {"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE_MOUNT},
+            {"name": TOKEN_VOLUME, "mountPath": TOKEN_PATH, "readOnly": True},
+            {"name": SETUP_SCRATCH_VOLUME, "mountPath": SETUP_SCRATCH_MOUNT},
+        ],
+    }
+
+
+def recorder_container(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Manifest:
     health = f"import urllib.request; urllib.request.urlopen('{GRADING_URL}/health', timeout=2)"
-    amounts = {"cpu": config.recorder_cpu, "memory": config.recorder_memory}
     return {
         "name": RECORDER_CONTAINER,
         "image": config.recorder_image,
@@ -179,8 +223,8 @@ def recorder_container(body: Body, spec: BenchRunSpec, config: OperatorConfig) -
         "restartPolicy": "Always",
         "command": ["a2rl", "recorder", "serve"],
         "env": recorder_env(body, spec),
-        "envFrom": env_from,
-        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        "envFrom": store_env_from(body, spec),
+        "resources": _guaranteed({"cpu": config.recorder_cpu, "memory": config.recorder_memory}),
         "securityContext": restricted_security_context(),
         # The recorder binds 127.0.0.1 only, so an exec probe (not httpGet on the pod IP). The agent
         # starts once this passes: the grading API is up before the agent's first request.
@@ -239,12 +283,13 @@ def workspace_job(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Man
             "fsGroup": RUN_AS_UID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "initContainers": [recorder_container(body, spec, config)],
+        "initContainers": [setup_container(body, spec, config), recorder_container(body, spec, config)],
         "containers": [agent_container(body, spec)],
         "volumes": [
             {"name": WORKSPACE_VOLUME, "persistentVolumeClaim": {"claimName": workspace_job_name(body)}},
             token_volume(),
             {"name": SPOOL_VOLUME, "emptyDir": {}},
+            {"name": SETUP_SCRATCH_VOLUME, "emptyDir": {}},
         ],
     }
     if spec.runtime_class_name:

@@ -1,0 +1,141 @@
+"""`a2rl recorder setup`: prepare a cluster run's workspace volume before the agent starts.
+
+The first init container of the workspace pod runs it, with the recorder's image, environment
+and credentials (it runs before the recorder sidecar, and long before the agent). It does in the
+pod what `a2rl run` does on one machine (`a2rl.runner.run.prepare`):
+
+1. resolve the base model (`spec.baseModel.source`; nothing is fetched from a model hub);
+2. fetch the task's *train* artifact from the store (staged by `a2rl data stage TASK --seed S
+   --store URI`) and verify every checksum — the held-out artifact is never fetched here;
+3. write the workspace: `models/<name>/` and `data/` read-only, `code/`, `output/`,
+   `description.md`, `instructions.md`, `run_meta.json` (the recorder sets the clock when it
+   starts);
+4. snapshot the base model into the store (content-addressed) and record it as submission 0;
+5. create the BenchSubmission `<run>-00000`: the operator scores the baseline — from the cache
+   per (task, model digest, evaluator version), else in an eval Job — while the agent works.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from a2rl.constants import BASELINE_INDEX
+from a2rl.errors import A2rlError, NotFoundError
+from a2rl.store.base import ObjectStore
+from a2rl.store.cas import snapshot_tree
+from a2rl.store.layout import RunLayout
+from a2rl.tracing import ATTR_SUBMISSION_INDEX, span
+from a2rl_recorder.config import RecorderConfig
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SetupParams:
+    """What the workspace needs from the BenchRun spec beyond the recorder's environment."""
+
+    base_model_source: str
+    base_model_name: str
+    seed: int
+    grace_s: int
+
+
+def setup_argv(params: SetupParams) -> list[str]:
+    """The container command (`a2rl recorder setup …`) for `params`; parsed back by the CLI."""
+    return [
+        "a2rl", "recorder", "setup",
+        "--base-model-source", params.base_model_source,
+        "--base-model-name", params.base_model_name,
+        "--seed", str(params.seed),
+        "--grace-seconds", str(params.grace_s),
+    ]  # fmt: skip
+
+
+def recorded_base_digest(store: ObjectStore, layout: RunLayout) -> str | None:
+    """The base model's tree digest from submission 0's manifest (None before setup wrote it)."""
+    try:
+        manifest = store.get_json(layout.submission_manifest(BASELINE_INDEX))
+    except NotFoundError:
+        return None
+    digest = manifest.get("model_digest") if isinstance(manifest, dict) else None
+    return digest if isinstance(digest, str) else None
+
+
+def fetch_train_data(store: ObjectStore, task: Any, seed: int, dest: Path) -> dict[str, Any]:
+    """Download and verify the task's staged train artifact into `dest`."""
+    from a2rl_tasks.artifacts import fetch_artifact, store_prefix
+    from a2rl_tasks.staging import TRAIN
+
+    prefix = f"{store_prefix(task, seed)}/{TRAIN}"
+    try:
+        return fetch_artifact(store, prefix, dest)
+    except NotFoundError:
+        raise A2rlError(
+            f"the train data of task {task.name} (seed {seed}) is not staged in {store.uri}: "
+            f"run `a2rl data stage {task.name} --seed {seed} --store {store.uri}` once"
+        ) from None
+
+
+def setup_workspace(
+    config: RecorderConfig,
+    store: ObjectStore,
+    params: SetupParams,
+    *,
+    create_submission: Callable[[int], Any],
+    say: Say = print,
+) -> dict[str, Any]:
+    """Prepare `config.workspace` and record the baseline submission; returns its manifest."""
+    from a2rl_grader.baseline import baseline_manifest
+    from a2rl_tasks import get_task
+
+    from a2rl.models.resolve import resolve_base_model
+    from a2rl.runner.workspace import create_workspace, render_instructions, run_meta, sanitize_model_name
+
+    task = get_task(config.task)
+    layout = RunLayout.from_prefix(config.run_prefix)
+    base_name = sanitize_model_name(params.base_model_name)
+    say(f"[a2rl-setup] resolving base model {params.base_model_source}")
+    with span("resolve_base_model"):
+        model_dir = resolve_base_model(params.base_model_source)
+    with tempfile.TemporaryDirectory(prefix="a2rl-train-") as tmp:
+        say(f"[a2rl-setup] fetching the train data of {task.name} (seed {params.seed}) from {store.uri}")
+        with span("stage_data"):
+            train = fetch_train_data(store, task, params.seed, Path(tmp) / "train")
+        say(f"[a2rl-setup] {len(train['files'])} train file(s) verified (digest {train['digest'][:12]})")
+        with span("workspace_setup"):
+            create_workspace(
+                config.workspace,
+                model_src=model_dir,
+                base_model_name=params.base_model_name,
+                train_dir=Path(tmp) / "train",
+                heldout_dir=None,
+                description=task.description(),
+                instructions=render_instructions(
+                    task=task.name,
+                    base_model=params.base_model_name,
+                    base_name=base_name,
+                    budget_s=int(config.timeout_s),
+                    grace_s=params.grace_s,
+                    max_submissions=config.max_submissions,
+                ),
+                meta=run_meta(None, int(config.timeout_s)),
+                into_empty_mount=True,
+            )
+    say(f"[a2rl-setup] workspace {config.workspace} written")
+    with span("snapshot_base_model", {ATTR_SUBMISSION_INDEX: BASELINE_INDEX}):
+        tree, stats = snapshot_tree(store, layout, model_dir)
+        manifest = baseline_manifest(tree.to_json(), tree.digest, base_name)
+        store.put_json(layout.submission_manifest(BASELINE_INDEX), manifest)
+    say(
+        f"[a2rl-setup] base model {tree.digest[:12]} in the store "
+        f"({stats.files_uploaded} file(s), {stats.bytes_uploaded} bytes uploaded)"
+    )
+    with span("baseline_submission"):
+        created = create_submission(BASELINE_INDEX)
+    name = (created.get("metadata") or {}).get("name", "") if isinstance(created, dict) else ""
+    say(f"[a2rl-setup] baseline submission {name} created: the operator scores it")
+    return manifest
