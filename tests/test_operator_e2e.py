@@ -262,14 +262,16 @@ def test_benchrun_creates_owned_sandboxed_children_and_succeeds(
     assert agent.resources.requests["nvidia.com/gpu"] == "1" == agent.resources.limits["nvidia.com/gpu"]
     assert pod.spec.automount_service_account_token is False
     assert not any(m.name == "runner-token" for m in agent.volume_mounts)
-    assert any(m.name == "runner-token" for m in pod.spec.init_containers[0].volume_mounts)
-    assert pod.spec.init_containers[0].restart_policy == "Always"
+    setup, recorder = pod.spec.init_containers
+    assert setup.name == "setup" and setup.restart_policy is None  # runs to completion first
+    assert any(m.name == "runner-token" for m in recorder.volume_mounts)
+    assert recorder.restart_policy == "Always"
     assert pod.metadata.annotations["karpenter.sh/do-not-disrupt"] == "true"
     # One trace per run: the operator annotated the run before building its pod, and the recorder
     # (only) carries that trace context.
     tp = traceparent_from_annotations(run["metadata"].get("annotations"))
     assert tp is not None
-    renv = {e.name: e.value for e in pod.spec.init_containers[0].env}
+    renv = {e.name: e.value for e in recorder.env}
     assert renv[ENV_TRACEPARENT] == str(tp)
     assert ENV_TRACEPARENT not in {e.name for e in agent.env or []}
     job = kids["Job"][0]
