@@ -16,6 +16,7 @@ demo: venv
 test: venv
 	hack/testenv build
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(PY) -m pytest
 

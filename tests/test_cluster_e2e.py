@@ -62,7 +62,8 @@ from tests.test_operator_submissions import (  # noqa: F401 - module-scoped fixt
     wait_state,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.minio, pytest.mark.slow]
+# ~8 min on 2 idle cores (two training rounds); a loaded CI runner gets twice pyproject's 900 s.
+pytestmark = [pytest.mark.cluster, pytest.mark.minio, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 EVAL_LIMIT = 40
