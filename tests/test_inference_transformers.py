@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,23 @@ def test_stop_strings_are_applied(backend: TransformersBackend) -> None:
     stop = full[2:4]  # a piece of the real output, so it must be cut there
     cut = backend.generate(PROMPTS[:1], GenerationRequest(max_new_tokens=16, stop=(stop,)))[0]
     assert cut == full[: full.index(stop)]
+
+
+def test_stop_strings_end_generation_early_with_the_same_text(tiny_dir: Path) -> None:
+    backend = TransformersBackend(tiny_dir, device="cpu", batch_size=2)
+    full = backend.generate(PROMPTS[:2], GenerationRequest(max_new_tokens=40))
+    assert backend.decode_steps == 40  # the tiny model never ends a sequence on its own here
+    # Stop strings that occur in both outputs end the batch early, text unchanged. (The random
+    # model also writes partial UTF-8, which no stop string can match: stop at a plain character.)
+    firsts = [re.search(r"[A-Za-z0-9]", text) for text in full]
+    assert all(firsts), full
+    stops = tuple(sorted({m[0] for m in firsts if m}))
+    expected = [cut_at_stops(text, stops) for text in full]
+    assert all(len(e) < len(t) for e, t in zip(expected, full, strict=True))
+    backend.decode_steps = 0
+    stopped = backend.generate(PROMPTS[:2], GenerationRequest(max_new_tokens=40, stop=stops))
+    assert stopped == expected
+    assert backend.decode_steps < 40
 
 
 def test_chat_mode_uses_the_template(backend: TransformersBackend) -> None:

@@ -59,6 +59,8 @@ class TransformersBackend(InferenceBackend):
         )
         self.model: Any = model.to(self.device).eval()
         self._torch = torch
+        #: Decoding steps run so far (per batch: the longest sequence's new tokens).
+        self.decode_steps = 0
 
     def _texts(self, prompts: Sequence[str], chat: bool) -> list[str]:
         if not chat:
@@ -90,6 +92,10 @@ class TransformersBackend(InferenceBackend):
     def _generate_batch(self, batch_ids: list[list[int]], request: GenerationRequest) -> list[str]:
         torch = self._torch
         enc = self.tokenizer.pad({"input_ids": batch_ids}, padding=True, return_tensors="pt").to(self.device)
+        # Stop strings end a sequence early (and the batch once every sequence has ended): the
+        # text up to the stop is what greedy decoding gives anyway; `generate()` cuts it there.
+        stops = [s for s in request.stop if s]
+        stopping: dict[str, Any] = {"stop_strings": stops, "tokenizer": self.tokenizer} if stops else {}
         with torch.inference_mode():
             out = self.model.generate(
                 input_ids=enc["input_ids"],
@@ -101,8 +107,10 @@ class TransformersBackend(InferenceBackend):
                 top_p=None,
                 top_k=None,
                 pad_token_id=self.tokenizer.pad_token_id,
+                **stopping,
             )
         new_tokens = out[:, enc["input_ids"].shape[1] :]
+        self.decode_steps += int(new_tokens.shape[1])
         return list(self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
 
     def close(self) -> None:
