@@ -124,3 +124,20 @@ def test_setup_cli_refuses_local_mode_in_one_line(staged_store: LocalStore, tmp_
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert "prepares a cluster run" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_setup_restores_a_base_model_pushed_to_the_store(
+    staged_store: LocalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from a2rl.models.library import push_model
+
+    monkeypatch.setenv(c.ENV_CACHE_DIR, str(tmp_path / "pod-cache"))  # the pod's empty scratch
+    pushed = push_model(staged_store, "tiny-pushed", resolve_base_model("builtin:tiny"), say=lambda s: None)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    config = RecorderConfig.from_env(recorder_env(staged_store.root, workspace))
+    params = SetupParams("store:tiny-pushed", "tiny", seed=0, grace_s=5)
+    manifest = setup_workspace(
+        config, staged_store, params, create_submission=lambda i: {}, say=lambda s: None
+    )
+    assert hash_tree(workspace / "models" / "tiny").digest == pushed["digest"] == manifest["model_digest"]

@@ -62,8 +62,9 @@ class BaseModelSpec(ApiModel):
         max_length=4096,
         description=(
             "Where the weights come from: `builtin:tiny` (a tiny model built locally), a local "
-            "directory path (`/models/qwen` or `file:///models/qwen`), `pvc:<claim>/<path>` in a "
-            "cluster, or `s3://bucket/prefix`. Hubs are never contacted at run time."
+            "directory path (`/models/qwen` or `file:///models/qwen`; in a cluster: inside the "
+            "set-up image), or `store:<name>`, a model pushed to the run's store with `a2rl models "
+            "push DIR --name NAME`. Hubs are never contacted at run time."
         ),
     )
 

@@ -1,17 +1,23 @@
 """Turn a BenchRun `baseModel.source` into a local model directory.
 
 Supported: `builtin:tiny` (built into the model cache on first use), a local directory path or a
-`file://` URI. Nothing is fetched from a model hub at run time: other schemes (`hf:`, `s3:`, …)
-are refused with a message telling the user to stage the model into a local directory first.
+`file://` URI, and `store:<name>` — a model pushed to the run's object store with `a2rl models
+push` (`a2rl.models.library`), restored into the model cache. Nothing is fetched from a model hub
+at run time: other schemes (`hf:`, `s3:`, …) are refused with a message telling the user to
+stage the model first.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from a2rl import paths
 from a2rl.errors import A2rlError, NotFoundError
+
+if TYPE_CHECKING:
+    from a2rl.store.base import ObjectStore
 
 BUILTIN_PREFIX = "builtin:"
 BUILTINS = ("tiny",)
@@ -21,11 +27,16 @@ def builtin_dir(name: str) -> Path:
     return paths.models_cache() / name
 
 
-def resolve_base_model(source: str, *, build: bool = True) -> Path:
-    """The local directory holding the model named by `source` (see module docstring)."""
+def resolve_base_model(source: str, *, build: bool = True, store: ObjectStore | None = None) -> Path:
+    """The local directory holding the model named by `source` (see module docstring); `store`:
+    the run's object store, where `store:<name>` sources live."""
+    from a2rl.models.library import STORE_PREFIX
+
     source = source.strip()
     if source.startswith(BUILTIN_PREFIX):
         return _resolve_builtin(source[len(BUILTIN_PREFIX) :], build=build)
+    if source.startswith(STORE_PREFIX):
+        return _resolve_stored(source[len(STORE_PREFIX) :], store)
     parsed = urlparse(source)
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
@@ -37,7 +48,7 @@ def resolve_base_model(source: str, *, build: bool = True) -> Path:
         raise A2rlError(
             f"base model source {source!r}: scheme {parsed.scheme!r} is not supported at run time "
             "(no model hub access); download the model to a local directory and use its path "
-            "or file:// URI, or use builtin:tiny"
+            "or file:// URI, push it with `a2rl models push` and use store:<name>, or use builtin:tiny"
         )
     return _local_dir(Path(source), source)
 
@@ -57,6 +68,14 @@ def _resolve_builtin(name: str, *, build: bool) -> Path:
             f"base model not found: builtin:{name} is not built yet (run `a2rl models build-tiny`)"
         )
     return build_tiny_model(dest)
+
+
+def _resolve_stored(name: str, store: ObjectStore | None) -> Path:
+    from a2rl.models.library import fetch_model
+
+    if store is None:
+        raise A2rlError(f"base model store:{name}: no object store to read it from")
+    return fetch_model(store, name, paths.models_cache() / "store")
 
 
 def _local_dir(path: Path, source: str) -> Path:

@@ -184,7 +184,7 @@ def prepare(
     store = open_writable_store(store_uri or spec.store.uri)
     say(f"[a2rl] resolving base model {spec.base_model.source}")
     with span("resolve_base_model"):
-        model_dir = resolve_base_model(spec.base_model.source)
+        model_dir = resolve_base_model(spec.base_model.source, store=store)
     say(f"[a2rl] staging data of task {task.name} (seed {spec.seed})")
     with span("stage_data"):
         staged = stage_cached(task, spec.seed)

@@ -18,11 +18,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from a2rl.errors import A2rlError
 from a2rl.store.base import ObjectStore
-from a2rl.store.layout import RunLayout
+
+
+class BlobLayout(Protocol):
+    """Where a tree's blobs live: a run's `blobs/` (`RunLayout`) or the store's model library."""
+
+    def blob(self, digest: str) -> str: ...
+
 
 CHUNK = 1 << 20
 
@@ -187,7 +193,7 @@ def _put_verified(store: ObjectStore, key: str, path: Path, sha256: str) -> None
 class _BlobUploader:
     """Uploads blobs at most once per process and store, counting what was actually sent."""
 
-    def __init__(self, store: ObjectStore, layout: RunLayout, known: set[str] | None) -> None:
+    def __init__(self, store: ObjectStore, layout: BlobLayout, known: set[str] | None) -> None:
         self.store = store
         self.layout = layout
         self.known = known
@@ -245,7 +251,7 @@ class _BlobUploader:
 
 def snapshot_tree(
     store: ObjectStore,
-    layout: RunLayout,
+    layout: BlobLayout,
     root: Path,
     *,
     include: Callable[[str], bool] | None = None,
@@ -322,7 +328,7 @@ def snapshot_tree(
 
 def restore_tree(
     store: ObjectStore,
-    layout: RunLayout,
+    layout: BlobLayout,
     manifest: TreeManifest,
     dest: Path,
     *,

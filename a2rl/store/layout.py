@@ -12,6 +12,8 @@
     <namespace>/<run>-<uid>/traces/<component>-<pid>-<token>-<n>.jsonl   spans (one object per batch)
     <namespace>/<run>-<uid>/traces.jsonl                 all spans of the run, merged (a2rl.tracing)
     baselines/<task>/<model-digest>/<evaluator-version>.json   baseline cache shared by all runs
+    models/<name>/manifest.json, models/blobs/<sha256>   base models pushed for `store:<name>`
+                                                         sources (a2rl.models.library)
 
 Submission 0 is the baseline (the base model); the agent's submissions are numbered from 1.
 Numbers in keys are zero-padded to 5 digits so listing order is numeric order.

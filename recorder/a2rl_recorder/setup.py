@@ -4,7 +4,9 @@ The first init container of the workspace pod runs it, with the recorder's image
 and credentials (it runs before the recorder sidecar, and long before the agent). It does in the
 pod what `a2rl run` does on one machine (`a2rl.runner.run.prepare`):
 
-1. resolve the base model (`spec.baseModel.source`; nothing is fetched from a model hub);
+1. resolve the base model (`spec.baseModel.source`: `builtin:tiny`, a directory in the image or a
+   mounted volume, or `store:<name>` pushed to the store with `a2rl models push`; nothing is
+   fetched from a model hub);
 2. fetch the task's *train* artifact from the store (staged by `a2rl data stage TASK --seed S
    --store URI`) and verify every checksum — the held-out artifact is never fetched here;
 3. write the workspace: `models/<name>/` and `data/` read-only, `code/`, `output/`,
@@ -100,7 +102,7 @@ def setup_workspace(
     base_name = sanitize_model_name(params.base_model_name)
     say(f"[a2rl-setup] resolving base model {params.base_model_source}")
     with span("resolve_base_model"):
-        model_dir = resolve_base_model(params.base_model_source)
+        model_dir = resolve_base_model(params.base_model_source, store=store)
     with tempfile.TemporaryDirectory(prefix="a2rl-train-") as tmp:
         say(f"[a2rl-setup] fetching the train data of {task.name} (seed {params.seed}) from {store.uri}")
         with span("stage_data"):

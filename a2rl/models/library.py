@@ -1,0 +1,117 @@
+"""Base models kept in the object store: `a2rl models push`, and `baseModel.source: store:<name>`.
+
+A cluster's workspace has no model hub to download from (its NetworkPolicy allows the store, the
+API server and DNS only), so a base model is pushed once to the run store and named by runs:
+
+    models/<name>/manifest.json     {"name", "digest", "files": TreeManifest, "bytes", "pushed_at"}
+    models/blobs/<sha256>           file contents, shared by every pushed model
+
+Content-addressed like run snapshots: pushing a model that shares files with one already there
+uploads only the new files. Resolving `store:<name>` restores the tree into the local model cache
+under its digest (every sha256 verified) and reuses it on later runs.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from a2rl.errors import A2rlError, NotFoundError
+from a2rl.store.base import ObjectStore
+from a2rl.store.cas import TreeManifest, restore_tree, snapshot_tree
+
+STORE_PREFIX = "store:"
+LIBRARY = "models"
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
+COMPLETE_SUFFIX = ".complete"  # beside the tree, never in it (it would change the tree's digest)
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """Keys of one pushed model (blobs are shared by the whole library)."""
+
+    name: str
+
+    @property
+    def manifest(self) -> str:
+        return f"{LIBRARY}/{self.name}/manifest.json"
+
+    def blob(self, digest: str) -> str:
+        return f"{LIBRARY}/blobs/{digest}"
+
+
+def check_model_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise A2rlError(
+            f"invalid model name {name!r}: use lower-case letters, digits, '.', '_' and '-' "
+            "(at most 100 characters, starting with a letter or digit)"
+        )
+    return name
+
+
+def push_model(
+    store: ObjectStore, name: str, model_dir: Path, *, say: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Upload `model_dir` as `store:<name>` (replacing what the name pointed to); its manifest."""
+    layout = ModelLayout(check_model_name(name))
+    if not (model_dir / "config.json").is_file():
+        raise A2rlError(f"{model_dir} is not a Hugging Face model directory (no config.json)")
+    tree, stats = snapshot_tree(store, layout, model_dir)
+    say(
+        f"{stats.files} file(s), {stats.bytes_total} bytes; uploaded {stats.files_uploaded} file(s), "
+        f"{stats.bytes_uploaded} bytes in {stats.seconds:.1f}s"
+    )
+    doc = {
+        "name": name,
+        "digest": tree.digest,
+        "bytes": tree.total_bytes,
+        "files": tree.to_json(),
+        "pushed_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+    }
+    store.put_json(layout.manifest, doc)  # last: a reader never sees a model with missing blobs
+    return doc
+
+
+def library_manifest(store: ObjectStore, name: str) -> dict[str, Any]:
+    layout = ModelLayout(check_model_name(name))
+    try:
+        doc: dict[str, Any] = store.get_json(layout.manifest)
+    except NotFoundError:
+        raise NotFoundError(
+            f"base model not found: store:{name} is not in {store.uri} "
+            f"(push it once with `a2rl models push DIR --name {name} --store {store.uri}`)"
+        ) from None
+    return doc
+
+
+def list_models(store: ObjectStore) -> list[dict[str, Any]]:
+    """Every pushed model's manifest, without the file list."""
+    found = []
+    for key in store.list(LIBRARY):
+        parts = key.split("/")
+        if len(parts) == 3 and parts[2] == "manifest.json" and parts[1] != "blobs":
+            doc = store.get_json(key)
+            found.append({k: v for k, v in doc.items() if k != "files"})
+    return sorted(found, key=lambda d: str(d.get("name")))
+
+
+def fetch_model(store: ObjectStore, name: str, cache_root: Path) -> Path:
+    """The local directory of `store:<name>`: restored under `cache_root/<digest>` once, verified."""
+    doc = library_manifest(store, name)
+    tree = TreeManifest.from_json(doc["files"])
+    dest = cache_root / tree.digest
+    complete = cache_root / f"{tree.digest}{COMPLETE_SUFFIX}"
+    if complete.is_file() and dest.is_dir():
+        return dest
+    tmp = cache_root / f".{tree.digest}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    restore_tree(store, ModelLayout(name), tree, tmp)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    complete.write_text(name + "\n")
+    return dest
