@@ -277,6 +277,7 @@ def test_setup_container_prepares_the_workspace_before_the_recorder_with_the_rec
     setup, recorder = pod["initContainers"]
     # The ML stack (building/copying the base model, the task registry) is in the set-up image.
     assert setup["name"] == "setup" and setup["image"] == CONFIG.setup_image != recorder["image"]
+    assert setup["terminationMessagePolicy"] == "FallbackToLogsOnError"  # its error → the run's message
     assert setup["resources"]["requests"] == setup["resources"]["limits"] == {"cpu": "1", "memory": "4Gi"}
     argv = setup["command"]
     assert argv[:3] == ["a2rl", "recorder", "setup"]

@@ -95,6 +95,34 @@ def test_deadline_and_failure() -> None:
     assert st.derive_phase(conds) == "Failed"
 
 
+def test_a_failed_setup_container_fails_the_run_with_its_own_message() -> None:
+    failed = job(conditions=[{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                              "message": "Job has reached the specified backoff limit"}])  # fmt: skip
+    broken = pod(running=False)
+    log_tail = (
+        "[a2rl-setup] resolving base model builtin:tiny\n"
+        "a2rl: error: the train data of task arith (seed 7) is not staged in s3://runs/x: "
+        "run `a2rl data stage arith --seed 7 --store s3://runs/x` once\n"
+    )
+    broken["status"]["initContainerStatuses"] = [
+        {"name": "setup", "state": {"terminated": {"exitCode": 2, "reason": "Error", "message": log_tail}}},
+        {"name": "recorder", "state": {"waiting": {"reason": "PodInitializing"}}},
+    ]
+    conds = apply([], st.Observation(failed, broken, None))
+    assert status_of(conds, "AgentFinished") == ("True", st.R_SETUP_FAILED)
+    assert status_of(conds, "Failed") == ("True", st.R_SETUP_FAILED)
+    message = (st.get_condition(conds, "Failed") or {})["message"]
+    assert message.startswith("workspace set-up failed (exit code 2): a2rl: error: the train data")
+    assert "a2rl data stage arith --seed 7" in message and "[a2rl-setup]" not in message
+    assert st.derive_phase(conds) == "Failed" and st.R_SETUP_FAILED in st.WARNING_REASONS
+    # A set-up container that succeeded says nothing; the agent's failure is the agent's.
+    fine = pod(running=False)
+    fine["status"]["initContainerStatuses"] = [{"name": "setup", "state": {"terminated": {"exitCode": 0}}}]
+    assert st.setup_failure(fine) is None and st.setup_failure(None) is None
+    conds = apply([], st.Observation(failed, fine, None))
+    assert status_of(conds, "Failed") == ("True", st.R_AGENT_FAILED)
+
+
 def test_kueue_suspended_then_admitted() -> None:
     conds = apply([], st.Observation(job(suspend=True), None, "q"))
     assert status_of(conds, "Queued") == ("True", st.R_WAITING_FOR_ADMISSION)

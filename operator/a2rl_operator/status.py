@@ -52,6 +52,8 @@ R_NOT_STARTED = "NotStarted"
 R_AGENT_COMPLETED = "AgentCompleted"
 R_BUDGET_EXHAUSTED = "BudgetExhausted"
 R_AGENT_FAILED = "AgentFailed"
+#: The workspace set-up container failed (data not staged, base model missing …): no agent ran.
+R_SETUP_FAILED = "SetupFailed"
 
 
 @dataclass(frozen=True)
@@ -186,8 +188,26 @@ def _pod_scheduled(pod: dict[str, Any]) -> bool:
     return False
 
 
-def agent_finish(job: dict[str, Any]) -> Change | None:
-    """AgentFinished from the Job's terminal (or failure-target) condition."""
+def setup_failure(pod: dict[str, Any] | None, setup_container: str = "setup") -> str | None:
+    """Why the workspace set-up init container failed (its termination message: the last log
+    lines, `FallbackToLogsOnError`), or None when it did not fail."""
+    for status in ((pod or {}).get("status") or {}).get("initContainerStatuses") or []:
+        if status.get("name") != setup_container:
+            continue
+        ended = (status.get("state") or {}).get("terminated") or (status.get("lastState") or {}).get(
+            "terminated"
+        )
+        if not ended or ended.get("exitCode") in (0, None):
+            return None
+        lines = [line for line in str(ended.get("message") or "").splitlines() if line.strip()]
+        detail = lines[-1].strip() if lines else str(ended.get("reason") or "no message")
+        return f"workspace set-up failed (exit code {ended['exitCode']}): {detail}"
+    return None
+
+
+def agent_finish(job: dict[str, Any], pod: dict[str, Any] | None = None) -> Change | None:
+    """AgentFinished from the Job's terminal (or failure-target) condition; a failed Job whose
+    set-up container failed says so (the agent never ran)."""
     if _job_condition(job, "Complete") or _job_condition(job, "SuccessCriteriaMet"):
         return Change(COND_AGENT_FINISHED, TRUE, REASON_COMPLETED, "the agent exited successfully")
     failed = _job_condition(job, "Failed") or _job_condition(job, "FailureTarget")
@@ -196,6 +216,9 @@ def agent_finish(job: dict[str, Any]) -> Change | None:
     if failed.get("reason") == "DeadlineExceeded":
         msg = "the budget ran out: the Job reached activeDeadlineSeconds and the agent was stopped"
         return Change(COND_AGENT_FINISHED, TRUE, REASON_DEADLINE_EXCEEDED, msg)
+    setup = setup_failure(pod)
+    if setup is not None:
+        return Change(COND_AGENT_FINISHED, TRUE, R_SETUP_FAILED, setup)
     detail = failed.get("message") or failed.get("reason") or "the agent failed"
     return Change(COND_AGENT_FINISHED, TRUE, REASON_AGENT_FAILED, f"the agent failed: {detail}")
 
@@ -207,6 +230,8 @@ def terminal_for(finish: Change) -> Change:
         return Change(COND_SUCCEEDED, TRUE, R_AGENT_COMPLETED, finish.message)
     if finish.reason == REASON_DEADLINE_EXCEEDED:
         return Change(COND_SUCCEEDED, TRUE, R_BUDGET_EXHAUSTED, finish.message)
+    if finish.reason == R_SETUP_FAILED:
+        return Change(COND_FAILED, TRUE, R_SETUP_FAILED, finish.message)
     return Change(COND_FAILED, TRUE, R_AGENT_FAILED, finish.message)
 
 
@@ -270,7 +295,7 @@ def observe(obs: Observation, conds: Sequence[Cond], agent_container: str = "age
         if "running" in state:
             changes.append(Change(COND_AGENT_RUNNING, TRUE, R_RUNNING, "the agent is running"))
 
-    finish = agent_finish(job)
+    finish = agent_finish(job, pod)
     if finish is not None:
         changes += [Change(COND_AGENT_RUNNING, FALSE, finish.reason, finish.message), finish]
         # A run being graded (`Graded` set, a2rl_operator.endofrun) ends after its report instead.
@@ -297,7 +322,9 @@ def is_quota_message(message: str) -> bool:
     return "exceeded quota" in message
 
 
-WARNING_REASONS = frozenset({R_EXCEEDED_QUOTA, REASON_DEADLINE_EXCEEDED, R_AGENT_FAILED, REASON_AGENT_FAILED})
+WARNING_REASONS = frozenset(
+    {R_EXCEEDED_QUOTA, REASON_DEADLINE_EXCEEDED, R_AGENT_FAILED, REASON_AGENT_FAILED, R_SETUP_FAILED}
+)
 
 
 def event_type(change: Change) -> str:

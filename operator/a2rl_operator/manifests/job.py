@@ -202,6 +202,8 @@ def setup_container(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> M
         "name": SETUP_CONTAINER,
         "image": config.setup_image,
         "command": setup_argv(params),
+        # Its last log line (a one-line error for a user mistake) becomes the run's message.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "env": recorder_env(body, spec) + _env(scratch),
         "envFrom": store_env_from(body, spec),
         "resources": _guaranteed({"cpu": config.setup_cpu, "memory": config.setup_memory}),
