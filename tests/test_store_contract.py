@@ -70,6 +70,35 @@ def _tree(root: Path) -> Path:
 # --- bytes, files, JSON --------------------------------------------------------------------
 
 
+def test_copy_makes_an_independent_object_and_refuses_a_missing_source(store: ObjectStore) -> None:
+    store.put_bytes("src/a.bin", b"payload")
+    store.put_bytes("dst/a.bin", b"old")
+    store.copy("src/a.bin", "dst/a.bin")
+    assert store.get_bytes("dst/a.bin") == b"payload"
+    store.put_bytes("src/a.bin", b"changed")  # the copy does not follow its source
+    assert store.get_bytes("dst/a.bin") == b"payload"
+    with pytest.raises(NotFoundError):
+        store.copy("src/missing.bin", "dst/x.bin")
+    assert not store.exists("dst/x.bin")
+
+
+def test_snapshot_copies_blobs_another_layout_holds_instead_of_uploading(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    from a2rl.models.library import ModelLayout
+
+    tree = _tree(tmp_path / "model")
+    library = ModelLayout("pushed")
+    pushed, first = snapshot_tree(store, library, tree)
+    assert first.files_uploaded == 5 and first.files_copied == 0  # two identical files share a blob
+    snap, stats = snapshot_tree(store, LAYOUT, tree, copy_from=(library,))
+    assert snap.digest == pushed.digest
+    assert (stats.files_uploaded, stats.bytes_uploaded) == (0, 0)
+    assert (stats.files_copied, stats.bytes_copied) == (5, first.bytes_uploaded)
+    restore_tree(store, LAYOUT, snap, tmp_path / "restored")
+    assert hash_tree(tmp_path / "restored").digest == snap.digest
+
+
 def test_put_get_bytes_and_overwrite(store: ObjectStore) -> None:
     store.put_bytes("a/b/c.txt", b"one")
     assert store.get_bytes("a/b/c.txt") == b"one"

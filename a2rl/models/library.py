@@ -45,6 +45,12 @@ class ModelLayout:
         return f"{LIBRARY}/blobs/{digest}"
 
 
+def source_layouts(source: str) -> tuple[ModelLayout, ...]:
+    """Where a snapshot of the model named by `source` can copy its blobs from inside the store."""
+    source = source.strip()
+    return (ModelLayout(source[len(STORE_PREFIX) :]),) if source.startswith(STORE_PREFIX) else ()
+
+
 def check_model_name(name: str) -> str:
     if not _NAME.match(name):
         raise A2rlError(

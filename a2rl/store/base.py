@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,17 @@ class ObjectStore(ABC):
     @abstractmethod
     def delete(self, key: str) -> None:
         """Remove `key`; no error when absent."""
+
+    def copy(self, src: str, dst: str) -> None:
+        """Copy the object at `src` to `dst` atomically; `NotFoundError` when `src` is absent.
+
+        This default goes through a local temporary file; stores that can copy on the server
+        side (S3) override it, so no byte leaves the store.
+        """
+        with tempfile.TemporaryDirectory(prefix="a2rl-copy-") as tmp:
+            path = Path(tmp) / "object"
+            self.get_file(src, path)
+            self.put_file(dst, path)
 
     def url_for(self, key: str) -> str:
         """A URI naming `key` (for status fields and reports, not a presigned link)."""

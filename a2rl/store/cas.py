@@ -14,7 +14,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -71,6 +71,9 @@ class SnapshotStats:
     bytes_total: int = 0
     files_uploaded: int = 0
     bytes_uploaded: int = 0
+    #: Blobs copied inside the store from `copy_from` layouts instead of uploaded.
+    files_copied: int = 0
+    bytes_copied: int = 0
     seconds: float = 0.0
     skipped: list[str] = field(default_factory=list)
 
@@ -193,13 +196,34 @@ def _put_verified(store: ObjectStore, key: str, path: Path, sha256: str) -> None
 class _BlobUploader:
     """Uploads blobs at most once per process and store, counting what was actually sent."""
 
-    def __init__(self, store: ObjectStore, layout: BlobLayout, known: set[str] | None) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        layout: BlobLayout,
+        known: set[str] | None,
+        copy_from: Sequence[BlobLayout] = (),
+    ) -> None:
         self.store = store
         self.layout = layout
         self.known = known
+        self.copy_from = tuple(copy_from)
         self.lock = threading.Lock()
         self.files_uploaded = 0
         self.bytes_uploaded = 0
+        self.files_copied = 0
+        self.bytes_copied = 0
+
+    def _copy_in_store(self, digest: str, key: str, size: int) -> bool:
+        """Copy the blob from a `copy_from` layout that has it (no upload); False when none has."""
+        for source in self.copy_from:
+            src = source.blob(digest)
+            if self.store.exists(src):
+                self.store.copy(src, key)
+                with self.lock:
+                    self.files_copied += 1
+                    self.bytes_copied += size
+                return True
+        return False
 
     def _cache_key(self, digest: str) -> str:
         return f"{self.store.uri}/{self.layout.blob(digest)}"
@@ -233,7 +257,7 @@ class _BlobUploader:
             if self.is_known(digest):
                 return digest, size
             key = self.layout.blob(digest)
-            if self.store.exists(key):
+            if self.store.exists(key) or self._copy_in_store(digest, key, size):
                 self.remember(digest)
                 return digest, size
             try:
@@ -258,19 +282,22 @@ def snapshot_tree(
     known: set[str] | None = None,
     workers: int = SNAPSHOT_WORKERS,
     digests: DigestCache | None = None,
+    copy_from: Sequence[BlobLayout] = (),
 ) -> tuple[TreeManifest, SnapshotStats]:
     """Hash every regular file under `root` and upload the blobs the store does not have yet.
 
     Idempotent and safe to retry: blobs are content-addressed and written atomically, and a blob
     key never holds anything but the content of its digest. `known` (optional) is a caller-held
     set of digests already stored, extended with every blob this call stores or finds. `digests`
-    (optional) skips re-hashing files unchanged since an earlier snapshot. Files that vanish while
-    the snapshot runs are left out and listed in `stats.skipped`.
+    (optional) skips re-hashing files unchanged since an earlier snapshot. A blob that one of the
+    `copy_from` layouts already holds (e.g. the model library) is copied inside the store instead
+    of uploaded. Files that vanish while the snapshot runs are left out and listed in
+    `stats.skipped`.
     """
     t0 = time.monotonic()
     stats = SnapshotStats()
     files = iter_files(root, include)
-    uploader = _BlobUploader(store, layout, known)
+    uploader = _BlobUploader(store, layout, known, copy_from)
 
     def hash_one(item: tuple[str, Path]) -> TreeEntry | None:
         rel, path = item
@@ -322,6 +349,8 @@ def snapshot_tree(
     stats.bytes_total = manifest.total_bytes
     stats.files_uploaded = uploader.files_uploaded
     stats.bytes_uploaded = uploader.bytes_uploaded
+    stats.files_copied = uploader.files_copied
+    stats.bytes_copied = uploader.bytes_copied
     stats.seconds = round(time.monotonic() - t0, 3)
     return manifest, stats
 

@@ -21,6 +21,9 @@ from a2rl.errors import A2rlError, NotFoundError
 from a2rl.store.base import ObjectStore
 from a2rl.store.local import ContentChangedError, check_key, check_prefix
 
+#: S3's limit for one CopyObject request.
+MAX_SINGLE_COPY_BYTES = 5 * (1 << 30)
+
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 300.0
 _MISSING_CODES = frozenset({"NoSuchKey", "NotFound", "NoSuchObject"})
@@ -125,6 +128,20 @@ class S3Store(ObjectStore):
             name = obj.object_name
             if name is not None and not name.endswith("/"):
                 yield name[strip:]
+
+    def copy(self, src: str, dst: str) -> None:
+        """Server-side copy (a single CopyObject: objects up to 5 GiB; larger ones go through the
+        default download + upload)."""
+        from minio.commonconfig import CopySource
+
+        try:
+            size = self.client.stat_object(self.bucket, self._name(src)).size or 0
+            if size > MAX_SINGLE_COPY_BYTES:
+                super().copy(src, dst)
+                return
+            self.client.copy_object(self.bucket, self._name(dst), CopySource(self.bucket, self._name(src)))
+        except S3Error as exc:
+            raise self._translate(exc, src) from None
 
     def delete(self, key: str) -> None:
         # S3 DELETE of an absent key succeeds.

@@ -94,6 +94,7 @@ def setup_workspace(
     from a2rl_grader.baseline import baseline_manifest
     from a2rl_tasks import get_task
 
+    from a2rl.models.library import source_layouts
     from a2rl.models.resolve import resolve_base_model
     from a2rl.runner.workspace import create_workspace, render_instructions, run_meta, sanitize_model_name
 
@@ -129,12 +130,15 @@ def setup_workspace(
             )
     say(f"[a2rl-setup] workspace {config.workspace} written")
     with span("snapshot_base_model", {ATTR_SUBMISSION_INDEX: BASELINE_INDEX}):
-        tree, stats = snapshot_tree(store, layout, model_dir)
+        # A model from the store's library is copied inside the store, not uploaded again.
+        copy_from = source_layouts(params.base_model_source)
+        tree, stats = snapshot_tree(store, layout, model_dir, copy_from=copy_from)
         manifest = baseline_manifest(tree.to_json(), tree.digest, base_name)
         store.put_json(layout.submission_manifest(BASELINE_INDEX), manifest)
     say(
         f"[a2rl-setup] base model {tree.digest[:12]} in the store "
-        f"({stats.files_uploaded} file(s), {stats.bytes_uploaded} bytes uploaded)"
+        f"({stats.files_uploaded} file(s), {stats.bytes_uploaded} bytes uploaded; "
+        f"{stats.files_copied} file(s), {stats.bytes_copied} bytes copied inside the store)"
     )
     with span("baseline_submission"):
         created = create_submission(BASELINE_INDEX)
