@@ -40,3 +40,19 @@ def test_deployment_passes_every_grading_setting_the_operator_reads() -> None:
     )
     assert dict(cfg.eval_env) == {c.ENV_JUDGE_BASE_URL: "http://judge:8000/v1"}
     assert grading["graderImage"] == ""  # grading is opt-in
+
+
+def test_deployment_args_are_operator_flags_and_image_defaults_match_the_code() -> None:
+    from a2rl_operator.config import DEFAULT_RECORDER_IMAGE, DEFAULT_SETUP_IMAGE
+
+    from a2rl.cli import build_parser
+
+    template = (CHART / "templates" / "deployment.yaml").read_text()
+    flags = set(re.findall(r"^\s+- (--[a-z-]+)=", template, flags=re.M))
+    assert {"--recorder-image", "--setup-image", "--store-egress"} <= flags
+    operator = build_parser()._subparsers._group_actions[0].choices["operator"]  # type: ignore[union-attr]
+    known = {opt for action in operator._actions for opt in action.option_strings}
+    assert flags <= known, flags - known
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["recorder"]["image"] == DEFAULT_RECORDER_IMAGE
+    assert values["recorder"]["setupImage"] == DEFAULT_SETUP_IMAGE
