@@ -20,7 +20,8 @@ from a2rl_agents.gsm8k_format import gold_number, last_number
 from a2rl_agents.rewards import answer_reward, exact_match_reward
 from a2rl_agents.rounds import TimePlan, copy_code, loop_settings, plan_round
 from a2rl_agents.scratchpad import column_completion, completion_pairs
-from a2rl_agents.sft_train import RoundClock, cosine_factor
+from a2rl_agents.sft_train import cosine_factor
+from a2rl_agents.trainer_rounds import RoundClock
 from a2rl_recorder.app import serve
 from a2rl_tasks.arith import data as arith_data
 from a2rl_tasks.common.jsonl import write_jsonl

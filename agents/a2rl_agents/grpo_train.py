@@ -17,14 +17,7 @@ from typing import Any, cast
 
 from a2rl_agents.gsm8k_format import build_prompt, gold_number
 from a2rl_agents.rewards import exact_match_reward
-from a2rl_agents.sft_train import (
-    UNBOUNDED_STEPS,
-    RoundClock,
-    pick_device,
-    quiet_trainer,
-    round_callback,
-    save_model,
-)
+from a2rl_agents.trainer_rounds import RoundSession
 
 
 @dataclass(frozen=True)
@@ -57,7 +50,7 @@ def prompt_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     return [{"prompt": build_prompt(r["question"]), "gold": gold_number(str(r["answer"]))} for r in rows]
 
 
-class GRPOSession:
+class GRPOSession(RoundSession):
     """A policy trained round by round with GRPO; saved after each round."""
 
     def __init__(
@@ -71,35 +64,29 @@ class GRPOSession:
         stop: threading.Event | None = None,
         log: Callable[[str], None] | None = None,
     ) -> None:
-        import torch
         from datasets import Dataset
 
-        self.model = model
-        self.tokenizer = tokenizer
+        super().__init__(
+            model,
+            tokenizer,
+            learning_rate=settings.learning_rate,
+            weight_decay=0.0,
+            work_dir=work_dir,
+            stop=stop,
+            log=log,
+        )
         self.settings = settings
-        self.work_dir = Path(work_dir)
-        self.stop = stop or threading.Event()
-        self.log = log
-        self.use_cpu, self.bf16 = pick_device()
         self.dataset = Dataset.from_list(list(rows))
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
-        self.rounds_done = 0
-        self.steps_done = 0
 
     def train_round(self, seconds: float, max_steps: int | None = None) -> GRPORoundStats:
         """Train for `seconds` (or `max_steps` steps, whichever comes first); stop early on the stop event."""
         from trl import GRPOConfig, GRPOTrainer
 
         s = self.settings
-        for group in self.optimizer.param_groups:
-            group["lr"] = s.learning_rate
-            group["initial_lr"] = s.learning_rate
-        clock = RoundClock(seconds, max_steps)
+        clock = self.start_round(s.learning_rate, seconds, max_steps)
         config = GRPOConfig(
-            output_dir=str(self.work_dir / "grpo"),
-            max_steps=max_steps or UNBOUNDED_STEPS,
+            **self.trainer_args("grpo", max_steps, s.seed),
             per_device_train_batch_size=s.prompts_per_step * s.num_generations,
-            gradient_accumulation_steps=1,
             num_generations=s.num_generations,
             max_completion_length=s.max_completion_length,
             temperature=s.temperature,
@@ -108,16 +95,7 @@ class GRPOSession:
             lr_scheduler_type="constant",
             max_grad_norm=s.max_grad_norm,
             logging_steps=1,
-            save_strategy="no",
-            report_to="none",
-            disable_tqdm=True,
-            use_cpu=self.use_cpu,
-            bf16=self.bf16,
-            activation_checkpointing=False,  # trl turns it on by default; slower for a tiny model
             use_vllm=False,
-            dataloader_num_workers=0,
-            seed=s.seed + self.rounds_done,
-            data_seed=s.seed + self.rounds_done,
         )
         trainer = GRPOTrainer(
             model=self.model,
@@ -126,20 +104,13 @@ class GRPOSession:
             train_dataset=self.dataset,
             processing_class=self.tokenizer,
             optimizers=(self.optimizer, None),
-            callbacks=[round_callback(clock, self.stop, self.log, f"GRPO round {self.rounds_done + 1}")],
+            callbacks=self.callbacks(clock, "GRPO round"),
         )
-        quiet_trainer(trainer)
-        trainer.train()
-        done = int(trainer.state.global_step)
+        _, done = self.run_trainer(trainer)
         rewards = [float(e["reward"]) for e in trainer.state.log_history if "reward" in e]
-        self.rounds_done += 1
-        self.steps_done += done
         return GRPORoundStats(
             steps=done,
             seconds=clock.elapsed(),
             reward=sum(rewards) / len(rewards) if rewards else None,
             interrupted=self.stop.is_set(),
         )
-
-    def save(self, dest: Path) -> Path:
-        return save_model(self.model, self.tokenizer, dest)

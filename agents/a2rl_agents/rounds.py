@@ -1,5 +1,5 @@
-"""What every round-based reference agent shares: the clock, the stop signal, the time plan for
-the next round, submitting and logging, and copying its own code into `$WORKSPACE/code`.
+"""What every round-based reference agent shares: its `main`, the clock, the stop signal, the time
+plan for the next round, submitting and logging, and copying its own code into `$WORKSPACE/code`.
 
 Rounds are measured in seconds, not steps, so the same agent fits any machine: the plan keeps
 room for saving, the evaluation of the submission (measured after the first one) and a margin.
@@ -11,15 +11,16 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from a2rl_agents.contract import ApiResponse, GradingClient, env_float, env_int
+from a2rl_agents.contract import AgentEnv, ApiResponse, ContractError, GradingClient, env_float, env_int
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -84,6 +85,26 @@ def install_stop_handlers(stop: threading.Event, log: Log | None = None) -> None
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+def agent_main(name: str, run: Callable[[AgentEnv, threading.Event, Log], int]) -> int:
+    """An agent's `main`: set the process up, read the contract's environment, then `run` it.
+
+    `name` prefixes the log lines; exit status 2 when the environment breaks the contract,
+    else what `run(env, stop, log)` returns (`stop` is set by SIGTERM/SIGINT).
+    """
+    prepare_process()
+    log = Log(name)
+    stop = threading.Event()
+    install_stop_handlers(stop, log)
+    try:
+        env = AgentEnv.from_environ()
+    except ContractError as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 2
+    quiet_libraries()
+    set_threads(env_int("AGENT_THREADS", 0))
+    return run(env, stop, log)
 
 
 class Clock:
