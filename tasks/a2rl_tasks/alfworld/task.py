@@ -13,7 +13,7 @@ from a2rl_tasks.alfworld import catalog, data, prompting
 from a2rl_tasks.alfworld.engine import INVALID_FEEDBACK
 from a2rl_tasks.alfworld.rollout import MAX_STEPS, EpisodeSpec, is_think, replay, run_episodes
 from a2rl_tasks.base import EvalResult, StagedData, Task
-from a2rl_tasks.common.jsonl import read_jsonl
+from a2rl_tasks.common.jsonl import read_heldout
 
 if TYPE_CHECKING:
     from a2rl_grader.inference.base import InferenceBackend
@@ -84,12 +84,7 @@ class ALFWorldTask(Task):
         data.stage(Path(staged.train_dir), Path(staged.heldout_dir), source=source, seed=seed)
 
     def load_heldout(self, heldout_dir: Path, limit: int | None = None) -> list[EpisodeSpec]:
-        path = Path(heldout_dir) / data.HELDOUT_FILE
-        if not path.is_file():
-            raise A2rlError(f"held-out data not found: {path}")
-        rows = read_jsonl(path, limit)
-        if not rows:
-            raise A2rlError(f"held-out data is empty: {path}")
+        rows = read_heldout(Path(heldout_dir) / data.HELDOUT_FILE, limit)
         return [self._spec(row, Path(heldout_dir)) for row in rows]
 
     @staticmethod

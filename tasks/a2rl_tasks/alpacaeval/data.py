@@ -24,14 +24,21 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from a2rl.errors import A2rlError
+from a2rl_tasks.common.leaks import contains_any, leak_texts, normalise
+from a2rl_tasks.common.sources import (
+    S3_SCHEME,
+    fetched_from_store,
+    parse_json_lines,
+    require_file,
+    require_source,
+    validate_rows,
+)
 
 TRAIN_SIZE = 2000
-MIN_LEAK_CHARS = 32
 HF_PREFIX = "hf:"
 HF_TRAIN = "tatsu-lab/alpaca"
 HF_EVAL_REPO = "tatsu-lab/alpaca_eval"
@@ -44,18 +51,21 @@ NO_SOURCE = (
     f"(with {EVAL_FILE} and {TRAIN_FILE}) | TRAIN.json,EVAL.json | s3://bucket/prefix | hf:"
 )
 
+#: The string fields of a row and their defaults (None: required).
+EVAL_FIELDS: dict[str, str | None] = {
+    "instruction": None,
+    "output": None,
+    "generator": "reference",
+    "dataset": "",
+}
+TRAIN_FIELDS: dict[str, str | None] = {"instruction": None, "input": "", "output": None}
+
 Rows = list[dict[str, Any]]
-
-
-def normalise(text: str) -> str:
-    return " ".join(text.split()).casefold()
 
 
 def read_json_rows(path: Path) -> list[Any]:
     """A JSON list, or JSON lines when the file is `.jsonl` (or is not one JSON document)."""
-    if not path.is_file():
-        raise A2rlError(f"AlpacaEval file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    text = require_file(path, "AlpacaEval").read_text(encoding="utf-8")
     if path.suffix != ".jsonl":
         try:
             data = json.loads(text)
@@ -65,14 +75,7 @@ def read_json_rows(path: Path) -> list[Any]:
             return data
         if data is not None:
             raise A2rlError(f"{path}: expected a JSON list of objects")
-    rows: list[Any] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except ValueError as exc:
-                raise A2rlError(f"{path}:{n}: not JSON: {exc}") from exc
-    return rows
+    return parse_json_lines(text, path)
 
 
 def _str_field(row: dict[str, Any], key: str, origin: str, n: int, default: str | None = None) -> str:
@@ -82,39 +85,16 @@ def _str_field(row: dict[str, Any], key: str, origin: str, n: int, default: str 
     return value
 
 
+def _str_fields(row: dict[str, Any], fields: dict[str, str | None], origin: str, n: int) -> dict[str, str]:
+    return {key: _str_field(row, key, origin, n, default) for key, default in fields.items()}
+
+
 def validate_eval(rows: list[Any], origin: str) -> Rows:
-    out: Rows = []
-    for n, row in enumerate(rows, 1):
-        if not isinstance(row, dict):
-            raise A2rlError(f"{origin}: row {n} is not an object")
-        out.append(
-            {
-                "instruction": _str_field(row, "instruction", origin, n),
-                "output": _str_field(row, "output", origin, n),
-                "generator": _str_field(row, "generator", origin, n, "reference"),
-                "dataset": _str_field(row, "dataset", origin, n, ""),
-            }
-        )
-    if not out:
-        raise A2rlError(f"{origin}: no rows")
-    return out
+    return validate_rows(rows, origin, lambda n, row: _str_fields(row, EVAL_FIELDS, origin, n))
 
 
 def validate_train(rows: list[Any], origin: str) -> Rows:
-    out: Rows = []
-    for n, row in enumerate(rows, 1):
-        if not isinstance(row, dict):
-            raise A2rlError(f"{origin}: row {n} is not an object")
-        out.append(
-            {
-                "instruction": _str_field(row, "instruction", origin, n),
-                "input": _str_field(row, "input", origin, n, ""),
-                "output": _str_field(row, "output", origin, n),
-            }
-        )
-    if not out:
-        raise A2rlError(f"{origin}: no rows")
-    return out
+    return validate_rows(rows, origin, lambda n, row: _str_fields(row, TRAIN_FIELDS, origin, n))
 
 
 def _from_files(train: Path, evals: Path) -> tuple[Rows, Rows]:
@@ -129,13 +109,8 @@ def _first(directory: Path, names: tuple[str, ...], what: str) -> Path:
 
 
 def _from_s3(uri: str) -> tuple[Rows, Rows]:
-    from a2rl.store.open import open_store
-
-    store = open_store(uri)
-    with tempfile.TemporaryDirectory(prefix="a2rl-alpacaeval-") as tmp:
-        for name in (TRAIN_FILE, EVAL_FILE):
-            store.get_file(name, Path(tmp) / name)
-        return _from_files(Path(tmp) / TRAIN_FILE, Path(tmp) / EVAL_FILE)
+    with fetched_from_store(uri, (TRAIN_FILE, EVAL_FILE), prefix="a2rl-alpacaeval-") as tmp:
+        return _from_files(tmp / TRAIN_FILE, tmp / EVAL_FILE)
 
 
 def _from_hub() -> tuple[Rows, Rows]:
@@ -155,12 +130,10 @@ def _from_hub() -> tuple[Rows, Rows]:
 
 def load_source(source: str | None) -> tuple[Rows, Rows]:
     """(training rows in Alpaca format, evaluation rows in AlpacaEval format)."""
-    if source is None or not source.strip():
-        raise A2rlError(NO_SOURCE)
-    source = source.strip()
+    source = require_source(source, NO_SOURCE)
     if source.startswith(HF_PREFIX):
         return _from_hub()
-    if source.startswith("s3://"):
+    if source.startswith(S3_SCHEME):
         return _from_s3(source)
     if "," in source:
         train, evals = (Path(p.strip()).expanduser() for p in source.split(",", 1))
@@ -179,19 +152,14 @@ def question(row: dict[str, Any]) -> str:
 def split(train: Rows, evals: Rows, train_size: int = TRAIN_SIZE) -> tuple[Rows, Rows]:
     """(agent-visible rows, held-out rows) with ids; see the module docstring for the rule."""
     heldout_instr = {normalise(r["instruction"]) for r in evals}
-    heldout_texts = [
-        t
-        for r in evals
-        for t in (normalise(r["instruction"]), normalise(r["output"]))
-        if len(t) >= MIN_LEAK_CHARS
-    ]
+    heldout_texts = leak_texts(evals, ("instruction", "output"))
     visible: Rows = []
     dropped = 0
     for row in train:
         if len(visible) >= train_size:
             break
-        text = normalise(" ".join((row["instruction"], row["input"], row["output"])))
-        if normalise(row["instruction"]) in heldout_instr or any(t in text for t in heldout_texts):
+        text = " ".join((row["instruction"], row["input"], row["output"]))
+        if normalise(row["instruction"]) in heldout_instr or contains_any(text, heldout_texts):
             dropped += 1
             continue
         visible.append(

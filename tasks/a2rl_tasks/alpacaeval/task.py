@@ -22,7 +22,7 @@ from a2rl_tasks.alpacaeval.prompting import (
 )
 from a2rl_tasks.alpacaeval.winrate import PREF_DRAW, PREF_REFERENCE, win_rates
 from a2rl_tasks.base import EvalResult, StagedData, Task
-from a2rl_tasks.common.jsonl import read_jsonl, write_jsonl
+from a2rl_tasks.common.jsonl import read_heldout, write_jsonl
 from a2rl_tasks.gsm8k.chat import render_chat
 from a2rl_tasks.judge import Judge, judge_config_from_env, judge_model_from_env, version_tag
 
@@ -139,12 +139,7 @@ class AlpacaEvalTask(Task):
         from a2rl_grader.inference.base import GenerationRequest
 
         judge = self._judge()  # a missing judge configuration fails before any generation
-        path = Path(heldout_dir) / HELDOUT_FILE
-        if not path.is_file():
-            raise A2rlError(f"held-out data not found: {path}")
-        items = read_jsonl(path, limit)
-        if not items:
-            raise A2rlError(f"held-out data is empty: {path}")
+        items = read_heldout(Path(heldout_dir) / HELDOUT_FILE, limit)
         prompts, mode = build_prompts(backend, [it["instruction"] for it in items])
         outputs = [
             o.strip() for o in backend.generate(prompts, GenerationRequest(max_new_tokens=MAX_NEW_TOKENS))

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from a2rl.errors import A2rlError
 from a2rl_tasks.arith import data
 from a2rl_tasks.base import EvalResult, StagedData, Task
-from a2rl_tasks.common.jsonl import read_jsonl, write_jsonl
-from a2rl_tasks.common.numbers import QUESTION_CUT, extract_last_number, numbers_equal, parse_gold
+from a2rl_tasks.common.gsm8k_scoring import score_record
+from a2rl_tasks.common.gsm8k_scoring import summarise as gsm8k_summarise
+from a2rl_tasks.common.jsonl import read_heldout, write_jsonl
+from a2rl_tasks.common.numbers import QUESTION_CUT
 
 if TYPE_CHECKING:
     from a2rl_grader.inference.base import InferenceBackend
@@ -19,6 +20,8 @@ TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
 PROMPT = "Question: {question}\nAnswer: "
 MAX_NEW_TOKENS = 24
+#: Record fields the summary also reports accuracy by.
+GROUP_KEYS = ("op", "style")
 
 
 def build_prompt(question: str) -> str:
@@ -27,39 +30,12 @@ def build_prompt(question: str) -> str:
 
 def score_item(item: dict[str, Any], completion: str) -> dict[str, Any]:
     """One per-item record: the prediction and whether it matches the gold number."""
-    gold = parse_gold(item["answer"])
-    pred = extract_last_number(completion, cut=QUESTION_CUT)
-    return {
-        "id": item["id"],
-        "question": item["question"],
-        "gold": gold,
-        "completion": completion,
-        "prediction": pred,
-        "correct": numbers_equal(pred, gold),
-        "op": item.get("op"),
-        "style": item.get("style"),
-    }
+    return score_record(item, completion, op=item.get("op"), style=item.get("style"))
 
 
 def summarise(records: list[dict[str, Any]], evaluator_version: str) -> EvalResult:
-    n = len(records)
-    correct = sum(1 for r in records if r["correct"])
-    groups: dict[str, list[bool]] = defaultdict(list)
-    for r in records:
-        for key in ("op", "style"):
-            if r.get(key) is not None:
-                groups[f"accuracy_{key}_{r[key]}"].append(bool(r["correct"]))
-    metrics = {"accuracy": 100.0 * correct / n if n else 0.0}
-    metrics |= {k: 100.0 * sum(v) / len(v) for k, v in sorted(groups.items())}
-    metrics["no_number_rate"] = 100.0 * sum(1 for r in records if r["prediction"] is None) / n if n else 0.0
-    return EvalResult(
-        score=metrics["accuracy"],
-        n=n,
-        correct=correct,
-        evaluator_version=evaluator_version,
-        metrics=metrics,
-        details=records,
-    )
+    """Accuracy, accuracy per operation and per question style, and the no-number rate."""
+    return gsm8k_summarise(records, evaluator_version, GROUP_KEYS)
 
 
 class ArithTask(Task):
@@ -81,12 +57,7 @@ class ArithTask(Task):
     ) -> EvalResult:
         from a2rl_grader.inference.base import GenerationRequest
 
-        path = Path(heldout_dir) / HELDOUT_FILE
-        if not path.is_file():
-            raise A2rlError(f"held-out data not found: {path}")
-        items = read_jsonl(path, limit)
-        if not items:
-            raise A2rlError(f"held-out data is empty: {path}")
+        items = read_heldout(Path(heldout_dir) / HELDOUT_FILE, limit)
         request = GenerationRequest(max_new_tokens=MAX_NEW_TOKENS, stop=(QUESTION_CUT,))
         completions = backend.generate([build_prompt(it["question"]) for it in items], request)
         records = [score_item(it, out) for it, out in zip(items, completions, strict=True)]

@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from a2rl.errors import A2rlError
+
 
 def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -27,3 +29,13 @@ def read_jsonl(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
             if line.strip():
                 rows.append(json.loads(line))
     return rows
+
+
+def read_heldout(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """The held-out rows of `path` (the first `limit`); an error when it is missing or empty."""
+    if not path.is_file():
+        raise A2rlError(f"held-out data not found: {path}")
+    items = read_jsonl(path, limit)
+    if not items:
+        raise A2rlError(f"held-out data is empty: {path}")
+    return items

@@ -21,18 +21,25 @@ from __future__ import annotations
 import csv
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from a2rl.errors import A2rlError
+from a2rl_tasks.common.leaks import contains_any, leak_texts
+from a2rl_tasks.common.sources import (
+    S3_SCHEME,
+    fetched_from_store,
+    parse_json_lines,
+    require_file,
+    require_source,
+    validate_rows,
+)
 
 DATASET = "google/deepsearchqa"
 SOURCE_SPLIT = "eval"
 SHUFFLE_SEED = 42
 TRAIN_SIZE = 100
 EVAL_SIZE = 200
-MIN_LEAK_CHARS = 32
 HF_PREFIX = "hf:"
 S3_FILE = "deepsearchqa.jsonl"
 DIR_NAMES = (
@@ -48,13 +55,8 @@ NO_SOURCE = (
 Rows = list[dict[str, Any]]
 
 
-def normalise(text: str) -> str:
-    return " ".join(text.split()).casefold()
-
-
 def _read_file(path: Path) -> list[Any]:
-    if not path.is_file():
-        raise A2rlError(f"DeepSearchQA file not found: {path}")
+    require_file(path, "DeepSearchQA")
     if path.suffix == ".csv":
         with path.open(encoding="utf-8", newline="") as f:
             return list(csv.DictReader(f))
@@ -67,40 +69,29 @@ def _read_file(path: Path) -> list[Any]:
         if not isinstance(data, list):
             raise A2rlError(f"{path}: expected a JSON list of objects")
         return data
-    rows: list[Any] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except ValueError as exc:
-                raise A2rlError(f"{path}:{n}: not JSON: {exc}") from exc
-    return rows
+    return parse_json_lines(text, path)
+
+
+def _row(n: int, row: dict[str, Any], origin: str) -> dict[str, Any]:
+    problem, answer = row.get("problem"), row.get("answer")
+    if not isinstance(problem, str) or not problem.strip() or not isinstance(answer, str):
+        raise A2rlError(f'{origin}: row {n} needs string fields "problem" and "answer"')
+    answer_type = row.get("answer_type") or "Single Answer"
+    if answer_type not in ANSWER_TYPES:
+        raise A2rlError(f"{origin}: row {n}: answer_type {answer_type!r} is not one of {ANSWER_TYPES}")
+    category = row.get("problem_category") or ""
+    example_id = row.get("example_id")
+    return {
+        "example_id": str(example_id) if example_id not in (None, "") else str(n - 1),
+        "problem": problem,
+        "problem_category": str(category),
+        "answer": answer,
+        "answer_type": answer_type,
+    }
 
 
 def validate(rows: list[Any], origin: str) -> Rows:
-    out: Rows = []
-    for n, row in enumerate(rows, 1):
-        if not isinstance(row, dict):
-            raise A2rlError(f"{origin}: row {n} is not an object")
-        problem, answer = row.get("problem"), row.get("answer")
-        if not isinstance(problem, str) or not problem.strip() or not isinstance(answer, str):
-            raise A2rlError(f'{origin}: row {n} needs string fields "problem" and "answer"')
-        answer_type = row.get("answer_type") or "Single Answer"
-        if answer_type not in ANSWER_TYPES:
-            raise A2rlError(f"{origin}: row {n}: answer_type {answer_type!r} is not one of {ANSWER_TYPES}")
-        category = row.get("problem_category") or ""
-        example_id = row.get("example_id")
-        out.append(
-            {
-                "example_id": str(example_id) if example_id not in (None, "") else str(n - 1),
-                "problem": problem,
-                "problem_category": str(category),
-                "answer": answer,
-                "answer_type": answer_type,
-            }
-        )
-    if not out:
-        raise A2rlError(f"{origin}: no rows")
+    out = validate_rows(rows, origin, lambda n, row: _row(n, row, origin))
     ids = [r["example_id"] for r in out]
     if len(set(ids)) != len(ids):
         raise A2rlError(f"{origin}: example_id values are not unique")
@@ -121,22 +112,16 @@ def _from_hub() -> Rows:
 
 
 def _from_s3(uri: str) -> Rows:
-    from a2rl.store.open import open_store
-
-    store = open_store(uri)
-    with tempfile.TemporaryDirectory(prefix="a2rl-deepsearchqa-") as tmp:
-        store.get_file(S3_FILE, Path(tmp) / S3_FILE)
-        return validate(_read_file(Path(tmp) / S3_FILE), f"{uri}/{S3_FILE}")
+    with fetched_from_store(uri, (S3_FILE,), prefix="a2rl-deepsearchqa-") as tmp:
+        return validate(_read_file(tmp / S3_FILE), f"{uri}/{S3_FILE}")
 
 
 def load_source(source: str | None) -> Rows:
     """The source rows in their shipped order."""
-    if source is None or not source.strip():
-        raise A2rlError(NO_SOURCE)
-    source = source.strip()
+    source = require_source(source, NO_SOURCE)
     if source.startswith(HF_PREFIX):
         return _from_hub()
-    if source.startswith("s3://"):
+    if source.startswith(S3_SCHEME):
         return _from_s3(source)
     path = Path(source).expanduser()
     if path.is_dir():
@@ -170,15 +155,8 @@ def split(rows: Rows, seed: int = SHUFFLE_SEED) -> tuple[Rows, Rows, dict[str, A
     n_train, n_eval = split_sizes(len(rows))
     train = [rows[i] for i in order[:n_train]]
     heldout = [rows[i] for i in order[n_train : n_train + n_eval]]
-    leak_texts = [
-        t
-        for r in heldout
-        for t in (normalise(r["problem"]), normalise(r["answer"]))
-        if len(t) >= MIN_LEAK_CHARS
-    ]
-    visible = [
-        r for r in train if not any(t in normalise(f"{r['problem']} {r['answer']}") for t in leak_texts)
-    ]
+    heldout_texts = leak_texts(heldout, ("problem", "answer"))
+    visible = [r for r in train if not contains_any(f"{r['problem']} {r['answer']}", heldout_texts)]
     if len(visible) < len(train):
         print(
             f"[deepsearchqa] dropped {len(train) - len(visible)} train row(s) that repeat held-out text",

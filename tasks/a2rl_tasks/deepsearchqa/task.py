@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from a2rl.constants import ENV_JUDGE_BASE_URL, ENV_SEARCH_URL
 from a2rl.errors import A2rlError
 from a2rl_tasks.base import EvalResult, StagedData, Task
-from a2rl_tasks.common.jsonl import read_jsonl, write_jsonl
+from a2rl_tasks.common.jsonl import read_heldout, write_jsonl
 from a2rl_tasks.deepsearchqa import data
 from a2rl_tasks.deepsearchqa.judging import (
     JUDGE_MAX_TOKENS,
@@ -134,12 +134,7 @@ class DeepSearchQATask(Task):
         # Missing judge or search configuration fails before any generation.
         judge = Judge(judge_config_from_env(self.name))
         search = search_from_env()
-        path = Path(heldout_dir) / HELDOUT_FILE
-        if not path.is_file():
-            raise A2rlError(f"held-out data not found: {path}")
-        items = read_jsonl(path, limit)
-        if not items:
-            raise A2rlError(f"held-out data is empty: {path}")
+        items = read_heldout(Path(heldout_dir) / HELDOUT_FILE, limit)
         questions = [(it["problem"], it.get("answer_type") or "Single Answer") for it in items]
         rollouts = rollout(backend, questions, search.search)
         result = judge_answers(judge, items, rollouts, self.evaluator_version)

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from a2rl.errors import A2rlError
 from a2rl_tasks.base import EvalResult, StagedData, Task
-from a2rl_tasks.common.jsonl import read_jsonl, write_jsonl
-from a2rl_tasks.common.numbers import QUESTION_CUT, extract_last_number, numbers_equal, parse_gold
+from a2rl_tasks.common.gsm8k_scoring import score_record, summarise
+from a2rl_tasks.common.jsonl import read_heldout, write_jsonl
 from a2rl_tasks.gsm8k import data
 from a2rl_tasks.gsm8k.chat import render_chat
 from a2rl_tasks.gsm8k.prompting import MAX_NEW_TOKENS, STOP, chat_messages, plain_prompt
@@ -22,36 +22,7 @@ HELDOUT_FILE = "heldout.jsonl"
 
 def score_item(item: dict[str, Any], completion: str, mode: str | None = None) -> dict[str, Any]:
     """One per-item record: the last number before any `Question:` against the `####` gold."""
-    gold = parse_gold(item["answer"])
-    pred = extract_last_number(completion, cut=QUESTION_CUT)
-    record = {
-        "id": item["id"],
-        "question": item["question"],
-        "gold": gold,
-        "completion": completion,
-        "prediction": pred,
-        "correct": numbers_equal(pred, gold),
-    }
-    if mode is not None:
-        record["mode"] = mode
-    return record
-
-
-def summarise(records: list[dict[str, Any]], evaluator_version: str) -> EvalResult:
-    n = len(records)
-    correct = sum(1 for r in records if r["correct"])
-    metrics = {
-        "accuracy": 100.0 * correct / n if n else 0.0,
-        "no_number_rate": 100.0 * sum(1 for r in records if r["prediction"] is None) / n if n else 0.0,
-    }
-    return EvalResult(
-        score=metrics["accuracy"],
-        n=n,
-        correct=correct,
-        evaluator_version=evaluator_version,
-        metrics=metrics,
-        details=records,
-    )
+    return score_record(item, completion, **({} if mode is None else {"mode": mode}))
 
 
 def build_prompts(backend: Any, questions: list[str]) -> tuple[list[str], str]:
@@ -82,12 +53,7 @@ class GSM8KTask(Task):
     ) -> EvalResult:
         from a2rl_grader.inference.base import GenerationRequest
 
-        path = Path(heldout_dir) / HELDOUT_FILE
-        if not path.is_file():
-            raise A2rlError(f"held-out data not found: {path}")
-        items = read_jsonl(path, limit)
-        if not items:
-            raise A2rlError(f"held-out data is empty: {path}")
+        items = read_heldout(Path(heldout_dir) / HELDOUT_FILE, limit)
         prompts, mode = build_prompts(backend, [it["question"] for it in items])
         # The prompts are already rendered (chat=False): the same text for every backend.
         request = GenerationRequest(max_new_tokens=MAX_NEW_TOKENS, stop=(STOP,))

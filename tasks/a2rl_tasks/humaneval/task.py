@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from a2rl.errors import A2rlError
 from a2rl_tasks.base import EvalResult, StagedData, Task
-from a2rl_tasks.common.jsonl import read_jsonl, write_jsonl
+from a2rl_tasks.common.jsonl import read_heldout, write_jsonl
 from a2rl_tasks.gsm8k.chat import has_chat_template
 from a2rl_tasks.humaneval import data
 from a2rl_tasks.humaneval.prompting import MODE_CHAT, MODE_PLAIN, PLAIN_STOPS, chat_message
@@ -39,12 +39,7 @@ class HumanEvalTask(Task):
         write_jsonl(Path(staged.heldout_dir) / HELDOUT_FILE, heldout)
 
     def load_heldout(self, heldout_dir: Path, limit: int | None = None) -> list[dict[str, Any]]:
-        path = Path(heldout_dir) / HELDOUT_FILE
-        if not path.is_file():
-            raise A2rlError(f"held-out data not found: {path}")
-        items = read_jsonl(path, limit)
-        if not items:
-            raise A2rlError(f"held-out data is empty: {path}")
+        items = read_heldout(Path(heldout_dir) / HELDOUT_FILE, limit)
         return items
 
     def evaluate(
