@@ -13,7 +13,14 @@ from typing import Any, cast
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from a2rl.constants import API_GROUP, API_GROUP_VERSION, API_VERSION, BENCHRUN_KIND, BENCHSUBMISSION_PLURAL
+from a2rl.constants import (
+    API_GROUP,
+    API_GROUP_VERSION,
+    API_VERSION,
+    BENCHRUN_KIND,
+    BENCHSUBMISSION_KIND,
+    BENCHSUBMISSION_PLURAL,
+)
 from a2rl_operator import status as st
 from a2rl_operator.kube import Kube
 
@@ -46,15 +53,7 @@ def list_submissions(kube: Kube, namespace: str, run_name: str, run_uid: str) ->
 
 
 def get_submission(kube: Kube, namespace: str, name: str) -> Obj | None:
-    try:
-        obj = kube.custom.get_namespaced_custom_object(
-            API_GROUP, API_VERSION, namespace, BENCHSUBMISSION_PLURAL, name
-        )
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return cast(Obj, obj)
+    return kube.get_custom(BENCHSUBMISSION_PLURAL, namespace, name)
 
 
 def update_submission_status(
@@ -62,34 +61,9 @@ def update_submission_status(
 ) -> Obj | None:
     """Read the submission, let `mutate(sub)` return its new status (None: nothing to write), replace
     the status subresource; retried on conflicts. Returns the written status (None: no write)."""
-    for _ in range(attempts):
-        sub = get_submission(kube, namespace, name)
-        if sub is None:
-            return None
-        status = mutate(sub)
-        if status is None:
-            return None
-        body = {
-            "apiVersion": sub["apiVersion"],
-            "kind": sub["kind"],
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "resourceVersion": sub["metadata"]["resourceVersion"],
-            },
-            "status": status,
-        }
-        try:
-            kube.custom.replace_namespaced_custom_object_status(
-                API_GROUP, API_VERSION, namespace, BENCHSUBMISSION_PLURAL, name, body
-            )
-            return status
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            if exc.status != 409:
-                raise
-    raise RuntimeError(f"status of BenchSubmission {namespace}/{name}: too many conflicting writers")
+    return kube.update_custom_status(
+        BENCHSUBMISSION_PLURAL, BENCHSUBMISSION_KIND, namespace, name, mutate, attempts=attempts
+    )
 
 
 def pods_of_job(kube: Kube, namespace: str, job_name: str) -> list[Obj]:

@@ -10,14 +10,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, LABEL_COMPONENT, LABEL_RUN_UID
+from a2rl.constants import (
+    API_GROUP,
+    API_VERSION,
+    BENCHRUN_KIND,
+    BENCHRUN_PLURAL,
+    LABEL_COMPONENT,
+    LABEL_RUN_UID,
+)
 
 Obj = dict[str, Any]
+T = TypeVar("T")
+
+
+def none_if_missing(call: Callable[[], T]) -> T | None:
+    """`call()`, or None when the API server answers 404 Not Found."""
+    try:
+        return call()
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
 
 
 def _raw(response: Any) -> Obj:
@@ -87,25 +105,21 @@ class Kube:
 
     # --- reads ----------------------------------------------------------------------------
 
+    def get_custom(self, plural: str, namespace: str, name: str) -> Obj | None:
+        """One of our custom objects (`plural` of the a2rl API group); None when it is gone."""
+        obj = none_if_missing(
+            lambda: self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, plural, name)
+        )
+        assert obj is None or isinstance(obj, dict)
+        return obj
+
     def get_run(self, namespace: str, name: str) -> Obj | None:
-        try:
-            run = self.custom.get_namespaced_custom_object(
-                API_GROUP, API_VERSION, namespace, BENCHRUN_PLURAL, name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        assert isinstance(run, dict)
-        return run
+        return self.get_custom(BENCHRUN_PLURAL, namespace, name)
 
     def get_job(self, namespace: str, name: str) -> Obj | None:
-        try:
-            return _raw(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return none_if_missing(
+            lambda: _raw(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
+        )
 
     def newest_pod(self, namespace: str, run_uid: str, component: str) -> Obj | None:
         pods = _raw(
@@ -139,23 +153,44 @@ class Kube:
     ) -> Obj | None:
         """Read the run, let `mutate(run)` return its new status (None: nothing to write), replace
         the status subresource; retried on conflicts. Returns the written status (None: no write)."""
+        return self.update_custom_status(
+            BENCHRUN_PLURAL, BENCHRUN_KIND, namespace, name, mutate, attempts=attempts, initial=initial
+        )
+
+    def update_custom_status(
+        self,
+        plural: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        mutate: Callable[[Obj], Obj | None],
+        *,
+        attempts: int = 8,
+        initial: Obj | None = None,
+    ) -> Obj | None:
+        """Read the custom object (`initial` stands for the first read where given), let
+        `mutate(obj)` return its new status (None: nothing to write), replace the status
+        subresource guarded by resourceVersion; retried on conflicts (409). Returns the written
+        status (None: no write, or the object is gone)."""
         for attempt in range(attempts):
-            run = initial if attempt == 0 and initial is not None else self.get_run(namespace, name)
-            if run is None:
+            obj = (
+                initial if attempt == 0 and initial is not None else self.get_custom(plural, namespace, name)
+            )
+            if obj is None:
                 return None
-            status = mutate(run)
+            status = mutate(obj)
             if status is None:
                 return None
             body = {
-                "apiVersion": run["apiVersion"],
-                "kind": run["kind"],
+                "apiVersion": obj["apiVersion"],
+                "kind": obj["kind"],
                 "metadata": {"name": name, "namespace": namespace,
-                             "resourceVersion": run["metadata"]["resourceVersion"]},
+                             "resourceVersion": obj["metadata"]["resourceVersion"]},
                 "status": status,
             }  # fmt: skip
             try:
                 self.custom.replace_namespaced_custom_object_status(
-                    API_GROUP, API_VERSION, namespace, BENCHRUN_PLURAL, name, body
+                    API_GROUP, API_VERSION, namespace, plural, name, body
                 )
                 return status
             except ApiException as exc:
@@ -163,4 +198,4 @@ class Kube:
                     return None
                 if exc.status != 409:
                     raise
-        raise RuntimeError(f"status of BenchRun {namespace}/{name}: too many conflicting writers")
+        raise RuntimeError(f"status of {kind} {namespace}/{name}: too many conflicting writers")
