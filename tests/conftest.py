@@ -13,7 +13,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 if (Path(__file__).parent / "testenv" / "fixtures.py").exists():
-    pytest_plugins = ["tests.testenv.fixtures"]
+    # The real control plane and MinIO, and the grading fixtures built on them.
+    pytest_plugins = ["tests.testenv.fixtures", "tests.grading_fixtures"]
 
 
 def _has_cuda_gpu() -> bool:

@@ -6,13 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from a2rl.cli import main
+from tests.run_support import run_example
 
 pytestmark = pytest.mark.slow
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "arith-grpo.yaml"
+EXAMPLE = "arith-grpo.yaml"
 BUDGET_S = 120
 # No SFT warm-up (the GRPO path itself is under test), 2 prompts x 2 completions per step, one
 # round of at most 3 steps; scored on 50 held-out items (docs/agents.md lists the knobs).
@@ -30,21 +29,15 @@ EVAL_LIMIT = 50
 
 
 def test_grpo_agent_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    doc["metadata"]["name"] = "e2e-grpo"
-    doc["spec"]["budget"]["wallTimeSeconds"] = BUDGET_S
-    doc["spec"]["budget"]["graceSeconds"] = 10
-    doc["spec"]["agent"]["env"] = [{"name": k, "value": v} for k, v in AGENT_ENV.items()]
-    doc["spec"]["evaluation"]["limit"] = EVAL_LIMIT
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    store = tmp_path / "store"
-
-    code = main(["run", str(path), "--store", str(store)])
-    out = capsys.readouterr().out
-    assert code == 0, out[-3000:]
-
-    (run_dir,) = (store / "local").iterdir()
+    run_dir, _ = run_example(
+        EXAMPLE,
+        tmp_path,
+        capsys,
+        name="e2e-grpo",
+        agent_env=AGENT_ENV,
+        eval_limit=EVAL_LIMIT,
+        budget_s=BUDGET_S,
+    )
     agent_log = (run_dir / "logs" / "agent.log").read_text()
     assert "GRPO round 1: " in agent_log, agent_log[-3000:]
     assert "submitting v1" in agent_log, agent_log[-3000:]

@@ -41,26 +41,19 @@ from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import traceparent_from_annotations
 from a2rl.tracing.spans import collect_spans
-from tests.test_operator_submissions import (  # noqa: F401 - module-scoped fixtures used by name
+from tests.grading_support import (
     IMAGE_ENV,
-    RESTRICTED,
     STORE_URI,
-    admin,
     container_env,
     create_run,
     finish_pod,
-    get_run,
     get_sub,
     layout_of,
-    minio_env,
-    operator,
     run_name,
     running_pod,
-    store,
-    volumes,
-    wait_run,
     wait_state,
 )
+from tests.operator_support import RESTRICTED, get_run, wait_run
 
 # ~8 min on 2 idle cores (two training rounds); a loaded CI runner gets twice pyproject's 900 s.
 pytestmark = [pytest.mark.cluster, pytest.mark.minio, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -215,9 +208,9 @@ def agent_submissions(output: str) -> dict[int, tuple[str, str]]:
 
 
 def test_reference_agent_trains_submits_twice_and_the_run_is_graded_in_the_cluster(
-    operator: OperatorProcess,  # noqa: F811
-    admin: client.ApiClient,  # noqa: F811
-    store: ObjectStore,  # noqa: F811
+    operator: OperatorProcess,
+    admin: client.ApiClient,
+    store: ObjectStore,
     make_namespace: Any,
     eval_players: list[EvalPodPlayer],
     tmp_path: Path,

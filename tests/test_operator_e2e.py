@@ -11,52 +11,41 @@ import json
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from a2rl_operator.devenv import OperatorProcess, install_crds, install_rbac, serviceaccount_kubeconfig
+from a2rl_operator.devenv import OperatorProcess
 from a2rl_operator.pss import restricted_violations
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, ENV_TRACEPARENT, FINALIZER, LABEL_RUN_UID
 from a2rl.tracing.context import traceparent_from_annotations
+from tests.operator_support import (
+    RESTRICTED,
+    condition,
+    get_run,
+    persistent_volumes,
+    started_operator,
+    wait_run,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.minio]
 
-REPO = Path(__file__).resolve().parents[1]
-OPERATOR_NS = "a2rl-system"
-RESTRICTED = {
-    "pod-security.kubernetes.io/enforce": "restricted",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-}
 SETUP_ALLOWANCE_S = 2  # the Job deadline is budget + grace + this; small so the deadline test is quick
 FINALIZER_TIMEOUT_S = 12  # how long retention may hold a deleted run (small: the bound is tested)
 STORE_BUCKET, STORE_PREFIX = "a2rl-e2e", "runs"
 DIFFBASE_ANNOTATION = f"{API_GROUP}/last-handled-configuration"
 
 
-@pytest.fixture(scope="module")
-def admin(control_plane: Any) -> client.ApiClient:
-    return control_plane.api_client()
+# `admin` is in tests/grading_fixtures.py; this module's operator and volumes are its own.
 
 
 @pytest.fixture(scope="module")
 def volumes(admin: client.ApiClient) -> Iterator[None]:
-    """Pre-provisioned PersistentVolumes: the test cluster has no dynamic provisioner, and a pod
-    whose PVC stays unbound is never scheduled. The PV controller binds each workspace PVC to one."""
-    core = client.CoreV1Api(admin)
-    names = [f"e2e-ws-{uuid.uuid4().hex[:6]}" for _ in range(40)]
-    for name in names:
-        nfs = {"server": "127.0.0.1", "path": f"/{name}"}
-        pv_spec = {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                   "persistentVolumeReclaimPolicy": "Retain", "nfs": nfs}  # fmt: skip
-        pv = {"metadata": {"name": name}, "spec": pv_spec}
-        core.create_persistent_volume(pv)
-    yield
-    for name in names:
-        core.delete_persistent_volume(name)
+    """Pre-provisioned PersistentVolumes (the test cluster has no dynamic provisioner)."""
+    with persistent_volumes(admin, "e2e-ws", 40):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -67,28 +56,15 @@ def operator(
     admin: client.ApiClient,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    from tests.testenv.controlplane import free_port
-
-    install_crds(admin, REPO / "crds")
-    install_rbac(admin, OPERATOR_NS)
-    tmp = tmp_path_factory.mktemp("operator")
-    kubeconfig = serviceaccount_kubeconfig(admin, OPERATOR_NS, "a2rl-operator", tmp / "operator.kubeconfig")
-    proc = OperatorProcess(
-        kubeconfig,
-        tmp / "operator.log",
-        args=["--store-uri", f"s3://{STORE_BUCKET}/{STORE_PREFIX}",
-              "--setup-allowance", str(SETUP_ALLOWANCE_S), "--workspace-size", "1Gi",
-              "--store-egress", "10.0.0.9/32:9000",
-              "--apiserver-egress", "127.0.0.1/32:6443",
-              "--finalizer-timeout", str(FINALIZER_TIMEOUT_S)],
-        port=free_port(),
-        env={"AWS_ENDPOINT_URL": minio.endpoint, "AWS_ACCESS_KEY_ID": minio.access_key,
-             "AWS_SECRET_ACCESS_KEY": minio.secret_key},
-    )  # fmt: skip
-    proc.start()
-    yield proc
-    proc.stop()
-    print("--- operator log tail ---\n" + proc.log_tail(40))
+    args = ["--store-uri", f"s3://{STORE_BUCKET}/{STORE_PREFIX}",
+            "--setup-allowance", str(SETUP_ALLOWANCE_S), "--workspace-size", "1Gi",
+            "--store-egress", "10.0.0.9/32:9000",
+            "--apiserver-egress", "127.0.0.1/32:6443",
+            "--finalizer-timeout", str(FINALIZER_TIMEOUT_S)]  # fmt: skip
+    env = {"AWS_ENDPOINT_URL": minio.endpoint, "AWS_ACCESS_KEY_ID": minio.access_key,
+           "AWS_SECRET_ACCESS_KEY": minio.secret_key}  # fmt: skip
+    with started_operator(admin, tmp_path_factory.mktemp("operator"), args, env=env) as proc:
+        yield proc
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -120,38 +96,6 @@ def create_run(api: client.ApiClient, ns: str, name: str, **overrides: Any) -> d
         API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL, body
     )
     return created
-
-
-def get_run(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
-    run: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
-        API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL, name
-    )
-    return run
-
-
-def condition(run: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in (run.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
-
-
-def wait_condition(api: client.ApiClient, ns: str, name: str, type_: str, status: str = "True",
-                   reason: str | None = None, timeout: float = 60) -> dict[str, Any]:  # fmt: skip
-    from tests.testenv.controlplane import wait_for
-
-    def check() -> dict[str, Any] | None:
-        run = get_run(api, ns, name)
-        c = condition(run, type_)
-        if c and c["status"] == status and (reason is None or c["reason"] == reason):
-            return run
-        return None
-
-    try:
-        result: dict[str, Any] = wait_for(
-            check, timeout=timeout, what=f"{type_}={status} {reason or ''} on {ns}/{name}"
-        )
-    except TimeoutError:
-        print(json.dumps(get_run(api, ns, name).get("status"), indent=1))
-        raise
-    return result
 
 
 def agent_pod(api: client.ApiClient, ns: str, uid: str, timeout: float = 60) -> Any:
@@ -244,7 +188,7 @@ def test_benchrun_creates_owned_sandboxed_children_and_succeeds(
         name,
         agent={"image": "agent:1", "command": ["agent"], "env": [{"name": "FOO", "value": "bar"}]},
     )["metadata"]["uid"]
-    run = wait_condition(admin, ns, name, "AgentRunning")
+    run = wait_run(admin, ns, name, "AgentRunning")
     kids = children_of(admin, ns, uid)
     for kind, objs in kids.items():
         assert len(objs) == 1, f"{kind}: {len(objs)}"
@@ -299,7 +243,7 @@ def test_benchrun_creates_owned_sandboxed_children_and_succeeds(
         assert resp.status == 200
 
     complete_pod(admin, ns, pod.metadata.name, "succeeded")
-    run = wait_condition(admin, ns, name, "Succeeded", reason="AgentCompleted")
+    run = wait_run(admin, ns, name, "Succeeded", reason="AgentCompleted")
     assert condition(run, "AgentFinished")["reason"] == "Completed"  # type: ignore[index]
     assert condition(run, "AgentRunning")["status"] == "False"  # type: ignore[index]
     assert run["status"]["phase"] == "Succeeded" and run["status"]["completionTime"]
@@ -327,10 +271,10 @@ def test_agent_failure_and_deadline(
     create_run(admin, namespace, late, budget={"wallTimeSeconds": 3, "graceSeconds": 0})
     pod = agent_pod(admin, namespace, uid)
     complete_pod(admin, namespace, pod.metadata.name, "failed", exit_code=3)
-    run = wait_condition(admin, namespace, failing, "Failed", reason="AgentFailed")
+    run = wait_run(admin, namespace, failing, "Failed", reason="AgentFailed")
     assert condition(run, "AgentFinished")["reason"] == "Failed"  # type: ignore[index]
     assert run["status"]["phase"] == "Failed"
-    run = wait_condition(admin, namespace, late, "AgentFinished", reason="DeadlineExceeded", timeout=60)
+    run = wait_run(admin, namespace, late, "AgentFinished", reason="DeadlineExceeded", timeout=60)
     assert condition(run, "Succeeded")["reason"] == "BudgetExhausted"  # type: ignore[index]
     from tests.testenv.controlplane import wait_for
 
@@ -369,7 +313,7 @@ def test_unknown_task_is_not_accepted_and_creates_nothing(
 ) -> None:
     name = run_name()
     uid = create_run(admin, namespace, name, task="no-such-task")["metadata"]["uid"]
-    run = wait_condition(admin, namespace, name, "Accepted", status="False", reason="UnknownTask")
+    run = wait_run(admin, namespace, name, "Accepted", status="False", reason="UnknownTask")
     assert "no-such-task" in condition(run, "Accepted")["message"]  # type: ignore[index]
     assert condition(run, "Failed")["status"] == "True" and run["status"]["phase"] == "Failed"  # type: ignore[index]
     assert all(not objs for objs in children_of(admin, namespace, uid).values())
@@ -387,7 +331,7 @@ def test_run_serviceaccount_cannot_write_submission_status(
 ) -> None:
     name = run_name()
     create_run(admin, namespace, name)
-    wait_condition(admin, namespace, name, "AgentRunning")  # every child exists (the Job is last)
+    wait_run(admin, namespace, name, "AgentRunning")  # every child exists (the Job is last)
     runner = f"{name}-runner"
     user = f"system:serviceaccount:{namespace}:{runner}"
     authz = client.AuthorizationV1Api(admin)
@@ -459,8 +403,8 @@ def test_operator_killed_mid_run_creates_no_duplicates(
     assert agent_pod(admin, namespace, uid).metadata.uid == pod.metadata.uid
     complete_pod(admin, namespace, pod.metadata.name, "succeeded")
     complete_pod(admin, namespace, pod2.metadata.name, "succeeded")
-    wait_condition(admin, namespace, first, "Succeeded")
-    wait_condition(admin, namespace, second, "Succeeded")
+    wait_run(admin, namespace, first, "Succeeded")
+    wait_run(admin, namespace, second, "Succeeded")
     for u in (uid, uid2):
         counts = {kind: len(objs) for kind, objs in children_of(admin, namespace, u).items()}
         assert counts == dict.fromkeys(counts, 1), counts
@@ -481,15 +425,15 @@ def test_kueue_queue_name_suspends_until_admitted(
 ) -> None:
     name = run_name()
     uid = create_run(admin, namespace, name, queueName="gpu-queue")["metadata"]["uid"]
-    run = wait_condition(admin, namespace, name, "Queued", reason="WaitingForAdmission")
+    run = wait_run(admin, namespace, name, "Queued", reason="WaitingForAdmission")
     assert run["status"]["phase"] == "Queued"
     batch = client.BatchV1Api(admin)
     (job,) = batch.list_namespaced_job(namespace, label_selector=f"{LABEL_RUN_UID}={uid}").items
     assert job.spec.suspend is True and job.metadata.labels["kueue.x-k8s.io/queue-name"] == "gpu-queue"
     # What Kueue does on admission: unsuspend the Job.
     batch.patch_namespaced_job(job.metadata.name, namespace, {"spec": {"suspend": False}})
-    wait_condition(admin, namespace, name, "Admitted", reason="Admitted")
-    wait_condition(admin, namespace, name, "AgentRunning")
+    wait_run(admin, namespace, name, "Admitted", reason="Admitted")
+    wait_run(admin, namespace, name, "AgentRunning")
     assert condition(get_run(admin, namespace, name), "Queued")["status"] == "False"  # type: ignore[index]
 
 
@@ -504,15 +448,15 @@ def test_gpu_quota_blocks_then_frees_without_failing(
     uid = create_run(admin, namespace, first)["metadata"]["uid"]
     pod = agent_pod(admin, namespace, uid)
     create_run(admin, namespace, second)
-    run = wait_condition(admin, namespace, second, "QuotaExceeded", timeout=90)
+    run = wait_run(admin, namespace, second, "QuotaExceeded", timeout=90)
     message = condition(run, "QuotaExceeded")["message"]  # type: ignore[index]
     assert "exceeded quota: gpus" in message and "nvidia.com/gpu" in message
     assert run["status"]["phase"] == "Queued" and condition(run, "Failed") is None
     complete_pod(admin, namespace, pod.metadata.name, "succeeded")
-    run = wait_condition(
+    run = wait_run(
         admin, namespace, second, "QuotaExceeded", status="False", reason="QuotaAvailable", timeout=150
     )
-    wait_condition(admin, namespace, second, "AgentRunning", timeout=30)
+    wait_run(admin, namespace, second, "AgentRunning", timeout=30)
     from tests.testenv.controlplane import wait_for
 
     wait_for(
@@ -555,7 +499,7 @@ def test_deletion_keeps_the_final_record_and_cascades_to_children(
     name = run_name()
     uid = create_run(admin, namespace, name)["metadata"]["uid"]
     agent_pod(admin, namespace, uid)
-    wait_condition(admin, namespace, name, "AgentRunning")
+    wait_run(admin, namespace, name, "AgentRunning")
     _delete_run(admin, namespace, name)
     wait_for(lambda: _gone(admin, namespace, name), timeout=30, what="BenchRun deleted (finalizer released)")
     # Retention: the final record (with the conditions up to the deletion) is in the store.
@@ -581,7 +525,7 @@ def test_finalizer_is_bounded_and_has_an_escape_annotation(
     forced, bounded = run_name(), run_name()
     uids = {n: create_run(admin, namespace, n)["metadata"]["uid"] for n in (forced, bounded)}
     for n in (forced, bounded):
-        wait_condition(admin, namespace, n, "Accepted")
+        wait_run(admin, namespace, n, "Accepted")
     minio.stop()
     try:
         deleted_at = time.monotonic()

@@ -11,404 +11,54 @@ kwok pod finish with the process's outcome.
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
-import sys
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from a2rl_grader.baseline import baseline_cache_key, baseline_manifest
+from a2rl_grader.baseline import baseline_cache_key
 from a2rl_grader.evaluate import write_result
-from a2rl_operator.devenv import (
-    OperatorProcess,
-    a2rl_executable,
-    install_crds,
-    install_rbac,
-    serviceaccount_kubeconfig,
-)
-from a2rl_recorder.cluster_dispatch import benchsubmission_body
+from a2rl_operator.devenv import OperatorProcess
 from a2rl_tasks import get_task
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from a2rl.constants import (
-    API_GROUP,
-    API_VERSION,
-    BENCHRUN_PLURAL,
-    BENCHSUBMISSION_PLURAL,
-    LABEL_COMPONENT,
-    LABEL_RUN_UID,
-)
+from a2rl.constants import LABEL_COMPONENT, LABEL_RUN_UID
 from a2rl.models.tiny import build_tiny_model
 from a2rl.store.base import ObjectStore
-from a2rl.store.cas import hash_tree, snapshot_tree
-from a2rl.store.layout import RunLayout
-from a2rl.store.open import open_store
+from a2rl.store.cas import hash_tree
 from a2rl.tracing.context import traceparent_from_annotations
 from a2rl.tracing.spans import collect_spans
+from tests.grading_support import (
+    DRAIN_TIMEOUT_S,
+    EVAL_LIMIT,
+    container_env,
+    create_run,
+    eval_job,
+    finish_pod,
+    layout_of,
+    play,
+    record_submission,
+    run_name,
+    running_pod,
+    submission_table,
+    submit,
+    wait_state,
+)
+from tests.operator_support import RESTRICTED, condition, get_run, wait_run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.minio]
 
-REPO = Path(__file__).resolve().parents[1]
-OPERATOR_NS = "a2rl-system"
-STORE_URI = "s3://a2rl-grading/runs"
-GRADER_IMAGE = "ghcr.io/a2rl/grader:test"
-DRAIN_TIMEOUT_S = 8
-EVAL_LIMIT = 8
-RESTRICTED = {
-    "pod-security.kubernetes.io/enforce": "restricted",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-}
-#: What the grader image's ENV provides (the pod spec does not list it): the programs on PATH.
-IMAGE_ENV = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"}
-
-
-# --- fixtures ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def admin(control_plane: Any) -> client.ApiClient:
-    return control_plane.api_client()
-
-
-@pytest.fixture(scope="module")
-def minio_env(minio: Any) -> Iterator[dict[str, str]]:
-    """MinIO's endpoint and credentials in this process's environment (the operator inherits them)."""
-    env = {
-        "AWS_ENDPOINT_URL": minio.endpoint,
-        "AWS_ACCESS_KEY_ID": minio.access_key,
-        "AWS_SECRET_ACCESS_KEY": minio.secret_key,
-    }
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in env.items():
-            mp.setenv(key, value)
-        yield env
-
-
-@pytest.fixture(scope="module")
-def store(minio_env: dict[str, str]) -> ObjectStore:
-    """The operator's store, with the arith held-out data staged (as `a2rl data stage --store` does)."""
-    from a2rl_tasks.artifacts import stage_to_store
-
-    s = open_store(STORE_URI)
-    stage_to_store(get_task("arith"), s, source=None, seed=0)
-    return s
-
-
-@pytest.fixture(scope="module")
-def volumes(admin: client.ApiClient) -> Iterator[None]:
-    """PersistentVolumes the workspace PVCs bind to (the test cluster has no provisioner)."""
-    core = client.CoreV1Api(admin)
-    names = [f"grading-ws-{uuid.uuid4().hex[:6]}" for _ in range(12)]
-    for name in names:
-        pv_spec = {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "nfs": {"server": "127.0.0.1", "path": f"/{name}"},
-        }
-        core.create_persistent_volume({"metadata": {"name": name}, "spec": pv_spec})
-    yield
-    for name in names:
-        core.delete_persistent_volume(name)
-
-
-@pytest.fixture(scope="module")
-def operator(
-    volumes: None,
-    store: ObjectStore,
-    control_plane: Any,
-    admin: client.ApiClient,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[OperatorProcess]:
-    from tests.testenv.controlplane import free_port
-
-    install_crds(admin, REPO / "crds")
-    install_rbac(admin, OPERATOR_NS)
-    tmp = tmp_path_factory.mktemp("grading-operator")
-    kubeconfig = serviceaccount_kubeconfig(admin, OPERATOR_NS, "a2rl-operator", tmp / "operator.kubeconfig")
-    grading_env = {
-        "A2RL_GRADER_IMAGE": GRADER_IMAGE,
-        "A2RL_GRADING_RESYNC": "2",
-        "A2RL_GRADING_DRAIN_TIMEOUT": str(DRAIN_TIMEOUT_S),
-        "A2RL_EVAL_TIMEOUT": "600",
-    }
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in grading_env.items():
-            mp.setenv(key, value)
-        proc = OperatorProcess(
-            kubeconfig,
-            tmp / "operator.log",
-            args=[
-                "--store-uri",
-                STORE_URI,
-                "--setup-allowance",
-                "5",
-                "--workspace-size",
-                "1Gi",
-                "--store-egress",
-                "127.0.0.1/32:9000",
-                "--apiserver-egress",
-                "127.0.0.1/32:6443",
-            ],
-            port=free_port(),
-        )
-        proc.start()
-    yield proc
-    proc.stop()
-    print("--- operator log tail ---\n" + proc.log_tail(60))
+# The fixtures `admin`, `minio_env`, `store`, `volumes` and `operator` are in tests/grading_fixtures.py.
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
     return {"base": build_tiny_model(root / "base", seed=0), "v1": build_tiny_model(root / "v1", seed=1)}
-
-
-# --- helpers ----------------------------------------------------------------------------------
-
-
-def custom(api: client.ApiClient) -> Any:
-    return client.CustomObjectsApi(api)
-
-
-def create_run(api: client.ApiClient, ns: str, name: str, **overrides: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "task": "arith",
-        "baseModel": {"name": "tiny", "source": "builtin:tiny"},
-        "agent": {"image": "agent:1", "command": ["python", "-m", "a2rl_agents.sft"]},
-        "budget": {"wallTimeSeconds": 3600, "graceSeconds": 5, "maxSubmissions": 2},
-        "resources": {"cpu": "1", "memory": "1Gi"},
-        "evaluation": {
-            "cpu": "1",
-            "memory": "2Gi",
-            "gpus": 1,
-            "backend": "transformers",
-            "limit": EVAL_LIMIT,
-        },
-    }
-    spec.update(overrides)
-    body = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "BenchRun",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-    run: dict[str, Any] = custom(api).create_namespaced_custom_object(
-        API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL, body
-    )
-    return run
-
-
-def get_run(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
-    run: dict[str, Any] = custom(api).get_namespaced_custom_object(
-        API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL, name
-    )
-    return run
-
-
-def get_sub(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
-    sub: dict[str, Any] = custom(api).get_namespaced_custom_object(
-        API_GROUP, API_VERSION, ns, BENCHSUBMISSION_PLURAL, name
-    )
-    return sub
-
-
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
-
-
-def wait_run(
-    api: client.ApiClient,
-    ns: str,
-    name: str,
-    type_: str,
-    status: str = "True",
-    reason: str | None = None,
-    timeout: float = 60,
-) -> dict[str, Any]:
-    from tests.testenv.controlplane import wait_for
-
-    def check() -> dict[str, Any] | None:
-        run = get_run(api, ns, name)
-        c = condition(run, type_)
-        return run if c and c["status"] == status and (reason is None or c["reason"] == reason) else None
-
-    try:
-        result: dict[str, Any] = wait_for(
-            check, timeout=timeout, what=f"{type_}={status} {reason or ''} on {name}"
-        )
-    except TimeoutError:
-        print(json.dumps(get_run(api, ns, name).get("status"), indent=1))
-        raise
-    return result
-
-
-def wait_state(api: client.ApiClient, ns: str, name: str, state: str, timeout: float = 60) -> dict[str, Any]:
-    from tests.testenv.controlplane import wait_for
-
-    def check() -> dict[str, Any] | None:
-        sub = get_sub(api, ns, name)
-        return sub if (sub.get("status") or {}).get("state") == state else None
-
-    try:
-        result: dict[str, Any] = wait_for(check, timeout=timeout, what=f"BenchSubmission {name} {state}")
-    except TimeoutError:
-        print(json.dumps(get_sub(api, ns, name).get("status"), indent=1))
-        raise
-    return result
-
-
-def running_pod(api: client.ApiClient, ns: str, selector: str, timeout: float = 60) -> dict[str, Any]:
-    from tests.testenv.controlplane import wait_for
-
-    core = client.CoreV1Api(api)
-
-    def running() -> Any:
-        pods = core.list_namespaced_pod(ns, label_selector=selector).items
-        return pods[0] if pods and pods[0].status.phase == "Running" else None
-
-    pod: dict[str, Any] = api.sanitize_for_serialization(wait_for(running, timeout=timeout, what=selector))
-    return pod
-
-
-def layout_of(run: dict[str, Any]) -> RunLayout:
-    meta = run["metadata"]
-    return RunLayout(meta["namespace"], meta["name"], meta["uid"])
-
-
-def record_submission(
-    s: ObjectStore, run: dict[str, Any], index: int, model: Path, submitted: datetime | None = None
-) -> dict[str, Any]:
-    """What the recorder does on POST /submit: snapshot the model, write the manifest, and the
-    BenchSubmission body it creates (the recorder's own builder)."""
-    layout = layout_of(run)
-    tree, _ = snapshot_tree(s, layout, model)
-    when = (submitted or datetime.now(UTC)).isoformat().replace("+00:00", "Z")
-    if index == 0:
-        manifest = {**baseline_manifest(tree.to_json(), tree.digest, "tiny"), "submitted_at": when}
-    else:
-        manifest = {
-            "index": index,
-            "submitted_at": when,
-            "model_path": f"output/v{index}",
-            "model": tree.to_json(),
-            "model_digest": tree.digest,
-            "identical_to_base": False,
-            "code_revision": None,
-            "code_digest": None,
-            "request": {"model_path": f"output/v{index}"},
-        }
-    s.put_json(layout.submission_manifest(index), manifest)
-    meta = run["metadata"]
-    return benchsubmission_body(
-        run_name=meta["name"],
-        namespace=meta["namespace"],
-        run_uid=meta["uid"],
-        index=index,
-        manifest=manifest,
-        manifest_uri=s.url_for(layout.submission_manifest(index)),
-    )
-
-
-def submit(api: client.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
-    ns = body["metadata"]["namespace"]
-    created: dict[str, Any] = custom(api).create_namespaced_custom_object(
-        API_GROUP, API_VERSION, ns, BENCHSUBMISSION_PLURAL, body
-    )
-    return created
-
-
-def eval_job(api: client.ApiClient, ns: str, name: str) -> Any:
-    try:
-        return client.BatchV1Api(api).read_namespaced_job(name, ns)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
-def container_env(api: client.ApiClient, ns: str, container: dict[str, Any]) -> dict[str, str]:
-    """The container's environment as the kubelet builds it: envFrom Secrets, then env."""
-    core = client.CoreV1Api(api)
-
-    def secret(name: str) -> dict[str, str]:
-        data = core.read_namespaced_secret(name, ns).data or {}
-        return {k: base64.b64decode(v).decode() for k, v in data.items()}
-
-    env: dict[str, str] = {}
-    for src in container.get("envFrom") or []:
-        env.update(secret(src["secretRef"]["name"]))
-    for var in container.get("env") or []:
-        if "value" in var:
-            env[var["name"]] = var["value"]
-        else:
-            ref = var["valueFrom"]["secretKeyRef"]
-            env[var["name"]] = secret(ref["name"])[ref["key"]]
-    return env
-
-
-def play(
-    api: client.ApiClient, pod: dict[str, Any], container_name: str, mounts: dict[str, Path]
-) -> subprocess.CompletedProcess[str]:
-    """Run one container of `pod` as a local process: its command and environment, with each
-    mount path replaced by the local directory standing in for the volume."""
-    spec = pod["spec"]
-    container = next(
-        c for c in spec.get("initContainers", []) + spec["containers"] if c["name"] == container_name
-    )
-
-    def local(text: str) -> str:
-        """A path under a mount (an argument or a value that starts with it) → the local stand-in."""
-        for path in sorted(mounts, key=len, reverse=True):
-            if text == path or text.startswith(path + "/"):
-                return str(mounts[path]) + text[len(path) :]
-        return text
-
-    for path in mounts.values():
-        path.mkdir(parents=True, exist_ok=True)
-    argv = [local(a) for a in container["command"] + container.get("args", [])]
-    argv[0] = {"a2rl": a2rl_executable(), "python": sys.executable}.get(argv[0], argv[0])
-    env = {k: local(v) for k, v in container_env(api, pod["metadata"]["namespace"], container).items()}
-    return subprocess.run(
-        argv, env={**IMAGE_ENV, **env}, capture_output=True, text=True, timeout=600, check=False
-    )
-
-
-def finish_pod(
-    api: client.ApiClient, pod: dict[str, Any], proc: subprocess.CompletedProcess[str] | None
-) -> None:
-    """Let the kwok pod end the way the played process did."""
-    from tests.testenv.fixtures import complete_pod
-
-    name, ns = pod["metadata"]["name"], pod["metadata"]["namespace"]
-    if proc is None or proc.returncode == 0:
-        complete_pod(api, ns, name, "succeeded")
-    else:
-        complete_pod(api, ns, name, "failed", exit_code=proc.returncode)
-
-
-def submission_table(api: client.ApiClient, ns: str) -> dict[str, Any]:
-    """What `kubectl get benchsubmissions` prints (the server-side Table of the printer columns)."""
-    method, url, headers, _, _ = api.param_serialize(
-        "GET",
-        f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{ns}/{BENCHSUBMISSION_PLURAL}",
-        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
-        auth_settings=["BearerToken"],
-    )
-    resp = api.call_api(method, url, header_params=headers)
-    resp.read()
-    table: dict[str, Any] = json.loads(resp.data)
-    return table
-
-
-def run_name() -> str:
-    return f"gr-{uuid.uuid4().hex[:6]}"
 
 
 # --- tests ------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ logs and report must all land in MinIO, and the agent must not see the store's k
 from __future__ import annotations
 
 import json
-import textwrap
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,25 +20,11 @@ from a2rl.cli import main
 from a2rl.store.cas import TreeManifest
 from a2rl.store.layout import RunLayout
 from a2rl.store.open import open_store
+from tests.run_support import SUBMIT_BASE_COPY, arith_spec, benchrun_doc
 
 pytestmark = [pytest.mark.minio, pytest.mark.slow]
 
-AGENT = textwrap.dedent(
-    """
-    import json, os, shutil, urllib.request
-    print("agent: secrets visible:", sorted(k for k in os.environ if k.startswith(("AWS_", "A2RL_STORE"))))
-    os.makedirs("code", exist_ok=True)
-    with open("code/train.py", "w") as f:
-        f.write("print('pretend training')\\n")
-    shutil.copytree(os.environ["MODEL_PATH"], "output/v1")
-    req = urllib.request.Request(
-        os.environ["GRADING_SERVER_URL"] + "/submit",
-        data=json.dumps({"model_path": "output/v1"}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    print("agent: submit ->", urllib.request.urlopen(req, timeout=300).read().decode(), flush=True)
-    """
-)
+AGENT = "import json, os, shutil, urllib.request\n" + SUBMIT_BASE_COPY
 
 
 def test_local_run_with_an_s3_store(
@@ -51,18 +36,7 @@ def test_local_run_with_an_s3_store(
     monkeypatch.setenv("A2RL_HOME", str(tmp_path / "home"))
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
-    doc = {
-        "apiVersion": "a2rl.dev/v1alpha1",
-        "kind": "BenchRun",
-        "metadata": {"name": "s3-run"},
-        "spec": {
-            "task": "arith",
-            "baseModel": {"name": "tiny", "source": "builtin:tiny"},
-            "agent": {"command": ["python", str(agent)]},
-            "budget": {"wallTimeSeconds": 120, "graceSeconds": 2},
-            "evaluation": {"backend": "transformers", "limit": 20},
-        },
-    }
+    doc = benchrun_doc("s3-run", arith_spec(agent, wall_s=120, grace_s=2))
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(doc))
     uri = f"s3://a2rl-runs/{uuid.uuid4().hex[:8]}/team"

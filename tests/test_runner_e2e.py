@@ -6,13 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from a2rl.cli import main
+from tests.run_support import run_example
 
 pytestmark = pytest.mark.slow
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "arith-sft.yaml"
+EXAMPLE = "arith-sft.yaml"
 BUDGET_S = 90
 # Tiny settings for the agent (docs/agents.md): one short round on a slice of the data with a small
 # batch, scored on 100 held-out items, so that a round and its evaluation fit the short budget.
@@ -26,21 +25,15 @@ EVAL_LIMIT = 100
 
 
 def test_sft_agent_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    doc["metadata"]["name"] = "e2e-sft"
-    doc["spec"]["agent"]["env"] = [{"name": k, "value": v} for k, v in AGENT_ENV.items()]
-    doc["spec"]["evaluation"]["limit"] = EVAL_LIMIT
-    doc["spec"]["budget"]["wallTimeSeconds"] = BUDGET_S
-    doc["spec"]["budget"]["graceSeconds"] = 10
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    store = tmp_path / "store"
-
-    code = main(["run", str(path), "--store", str(store)])
-    out = capsys.readouterr().out
-    assert code == 0, out[-3000:]
-
-    (run_dir,) = (store / "local").iterdir()
+    run_dir, out = run_example(
+        EXAMPLE,
+        tmp_path,
+        capsys,
+        name="e2e-sft",
+        agent_env=AGENT_ENV,
+        eval_limit=EVAL_LIMIT,
+        budget_s=BUDGET_S,
+    )
     assert run_dir.name.startswith("e2e-sft-")
     run = json.loads((run_dir / "run.json").read_text())
     assert run["end_reason"] in ("completed", "deadline_exceeded")

@@ -19,33 +19,30 @@ from a2rl.constants import ENV_AGENT_SESSION
 from a2rl.runner import procs
 from a2rl.runner.agent_env import a2rl_command
 from a2rl.runner.run import run_benchrun
+from tests.run_support import SUBMIT_BASE_COPY, arith_spec, benchrun_doc
 
 pytestmark = pytest.mark.slow
 
-AGENT = textwrap.dedent(
-    """
-    import json, os, shutil, subprocess, sys, time, urllib.request
-    ws = os.environ["WORKSPACE"]
-    assert os.getcwd() == ws, os.getcwd()
-    print("agent: task", os.environ["TASK"], "seed", os.environ["SEED"], "extra", os.environ["EXTRA"])
-    print("agent: session=" + os.environ["A2RL_AGENT_SESSION"])
-    print("agent: secrets visible:", sorted(k for k in os.environ if k.startswith(("AWS_", "A2RL_STORE"))))
-    os.makedirs("code", exist_ok=True)
-    with open("code/train.py", "w") as f:
-        f.write("print('pretend training')\\n")
-    shutil.copytree(os.environ["MODEL_PATH"], "output/v1")
-    req = urllib.request.Request(
-        os.environ["GRADING_SERVER_URL"] + "/submit",
-        data=json.dumps({"model_path": "output/v1"}).encode(),
-        headers={"Content-Type": "application/json"},
+AGENT = (
+    textwrap.dedent(
+        """
+        import json, os, shutil, subprocess, sys, time, urllib.request
+        ws = os.environ["WORKSPACE"]
+        assert os.getcwd() == ws, os.getcwd()
+        print("agent: task", os.environ["TASK"], "seed", os.environ["SEED"], "extra", os.environ["EXTRA"])
+        print("agent: session=" + os.environ["A2RL_AGENT_SESSION"])
+        """
     )
-    print("agent: submit ->", urllib.request.urlopen(req, timeout=300).read().decode())
-    with open(os.path.join(ws, "..", os.path.basename(ws) + ".pid"), "w") as f:
-        p = subprocess.Popen(["sleep", "1000"], start_new_session=True)
-        f.write(str(p.pid))
-    sys.stdout.flush()
-    time.sleep(1000)
-    """
+    + SUBMIT_BASE_COPY
+    + textwrap.dedent(
+        """
+        with open(os.path.join(ws, "..", os.path.basename(ws) + ".pid"), "w") as f:
+            p = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+            f.write(str(p.pid))
+        sys.stdout.flush()
+        time.sleep(1000)
+        """
+    )
 )
 
 
@@ -60,19 +57,9 @@ def test_local_run_records_everything(
 ) -> None:
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
-    run = BenchRun.model_validate(
-        {
-            "metadata": {"name": "plumbing"},
-            "spec": {
-                "task": "arith",
-                "baseModel": {"name": "tiny", "source": "builtin:tiny"},
-                "agent": {"command": ["python", str(agent)], "env": [{"name": "EXTRA", "value": "x1"}]},
-                "budget": {"wallTimeSeconds": 45, "graceSeconds": 2},
-                "evaluation": {"backend": "transformers", "limit": 20},
-                "seed": 3,
-            },
-        }
-    )
+    spec = arith_spec(agent, wall_s=45, grace_s=2, seed=3)
+    spec["agent"]["env"] = [{"name": "EXTRA", "value": "x1"}]
+    run = BenchRun.model_validate({"metadata": {"name": "plumbing"}, "spec": spec})
     outcome = run_benchrun(run, store_uri=str(store_dir), progress=True)
     out = capsys.readouterr().out
 
@@ -137,18 +124,7 @@ INTERRUPT_AGENT = textwrap.dedent(
 def test_ctrl_c_stops_agent_and_still_records(tmp_path: Path, store_dir: Path) -> None:
     agent = tmp_path / "agent.py"
     agent.write_text(INTERRUPT_AGENT)
-    spec = {
-        "apiVersion": "a2rl.dev/v1alpha1",
-        "kind": "BenchRun",
-        "metadata": {"name": "interrupted"},
-        "spec": {
-            "task": "arith",
-            "baseModel": {"name": "tiny", "source": "builtin:tiny"},
-            "agent": {"command": ["python", str(agent)]},
-            "budget": {"wallTimeSeconds": 600, "graceSeconds": 5},
-            "evaluation": {"backend": "transformers", "limit": 20},
-        },
-    }
+    spec = benchrun_doc("interrupted", arith_spec(agent, wall_s=600, grace_s=5))
     path = tmp_path / "run.yaml"
     path.write_text(json.dumps(spec))
     proc = subprocess.Popen(
