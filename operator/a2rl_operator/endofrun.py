@@ -46,7 +46,7 @@ from a2rl_operator.config import OperatorConfig
 from a2rl_operator.grading_config import GradingConfig
 from a2rl_operator.grading_store import RunStore
 from a2rl_operator.handlers import post_events, write_changes
-from a2rl_operator.kube import Kube
+from a2rl_operator.kube import Kube, NamespaceTerminatingError
 from a2rl_operator.manifests import parse_spec
 from a2rl_operator.manifests.grading_network import UrlPeerError, grading_network_policy
 from a2rl_operator.manifests.job import AGENT_CONTAINER, RECORDER_CONTAINER
@@ -150,12 +150,16 @@ def advance(
     report: dict[str, Any] | None = None
     if step.kind is gr.StepKind.START_REPORT:
         prepare_report(kube, run, store, subs, grading=grading, logger=logger)
-        try:  # the report pod is under the run's grading NetworkPolicy too (no eval Job may exist)
-            ensure_grading_policy(kube, config, grading, run, spec)
-        except UrlPeerError:  # the report calls no judge: the policy without those URLs
-            kube.ensure(grading_network_policy(run, [], config), meta["uid"])
-        if kube.ensure(report_job(run, spec, uri, grading), meta["uid"]):
-            logger.info("BenchRun %s/%s: created report Job %s", namespace, name, job_name)
+        try:
+            try:  # the report pod is under the run's grading NetworkPolicy too (no eval Job may exist)
+                ensure_grading_policy(kube, config, grading, run, spec)
+            except UrlPeerError:  # the report calls no judge: the policy without those URLs
+                kube.ensure(grading_network_policy(run, [], config), meta["uid"])
+            if kube.ensure(report_job(run, spec, uri, grading), meta["uid"]):
+                logger.info("BenchRun %s/%s: created report Job %s", namespace, name, job_name)
+        except NamespaceTerminatingError:
+            logger.info("BenchRun %s/%s: its namespace is being deleted; no report Job", namespace, name)
+            return gr.Step(gr.StepKind.NOTHING)
     elif step.kind in (gr.StepKind.FINISH, gr.StepKind.REPORT_FAILED):
         _archive_report_log(kube, store, namespace, job_name, logger)
         tracing = operator_tracing(uri)

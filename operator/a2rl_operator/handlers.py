@@ -41,7 +41,7 @@ from a2rl_operator import status as st
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.finalizer import Decision, decide
 from a2rl_operator.fingerprint import SeenStates, job_fingerprint, pod_fingerprint
-from a2rl_operator.kube import Kube, NameConflictError
+from a2rl_operator.kube import Kube, NameConflictError, NamespaceTerminatingError
 from a2rl_operator.manifests import children, parse_spec
 from a2rl_operator.manifests.common import workspace_name
 from a2rl_operator.manifests.grading_network import UrlPeerError, url_peer
@@ -216,6 +216,9 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
     except NameConflictError as exc:
         conflict = str(exc)
         write_changes(kube, ns, name, lambda _c: st.rejection(st.R_NAME_CONFLICT, conflict))
+        return
+    except NamespaceTerminatingError:
+        logger.info("BenchRun %s/%s: its namespace is being deleted; nothing created", ns, name)
         return
     if created:
         logger.info("BenchRun %s/%s: created %s", ns, name, ", ".join(created))

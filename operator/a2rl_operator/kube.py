@@ -49,6 +49,21 @@ class NameConflictError(Exception):
     """A child's name is taken by an object the BenchRun does not own."""
 
 
+class NamespaceTerminatingError(Exception):
+    """The namespace is being deleted: nothing can be created in it (the run goes with it)."""
+
+
+def is_namespace_terminating(exc: ApiException) -> bool:
+    """A 403 the API server answers to a create in a namespace that is being deleted."""
+    if exc.status != 403:
+        return False
+    try:
+        details = (json.loads(exc.body or "{}") or {}).get("details") or {}
+    except ValueError:
+        return False
+    return any(c.get("reason") == "NamespaceTerminating" for c in details.get("causes") or [])
+
+
 class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
@@ -91,6 +106,8 @@ class Kube:
             create(meta["namespace"], manifest, _preload_content=False)
             return True
         except ApiException as exc:
+            if is_namespace_terminating(exc):
+                raise NamespaceTerminatingError(f"namespace {meta['namespace']} is being deleted") from None
             if exc.status != 409:
                 raise
         if read is None:

@@ -50,7 +50,7 @@ from a2rl_operator import status as st
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.grading_config import GradingConfig
 from a2rl_operator.grading_store import RunStore
-from a2rl_operator.kube import Kube, NameConflictError
+from a2rl_operator.kube import Kube, NameConflictError, NamespaceTerminatingError
 from a2rl_operator.manifests import parse_spec
 from a2rl_operator.manifests.eval_job import EvalTarget, eval_job, eval_job_name
 from a2rl_operator.manifests.grading_network import (
@@ -266,6 +266,9 @@ def _start(kube: Kube, config: OperatorConfig, grading: GradingConfig, ctx: _Con
             )
     except NameConflictError as exc:
         write(kube, ctx.sub, gr.failed(gr.R_EVAL_JOB_FAILED, str(exc)))
+        return
+    except NamespaceTerminatingError:
+        logger.info("BenchSubmission %s/%s: its namespace is being deleted; no eval Job", ns, meta["name"])
         return
     except UrlPeerError as exc:
         write(kube, ctx.sub, gr.failed(gr.R_ENDPOINT_NOT_ALLOWED, f"no eval pod may call it: {exc}"))
