@@ -19,6 +19,9 @@ What is measured (each the median of `--repeat` runs, files in the page cache fo
   read again: only their stat is compared.
 - `workspace re-snapshot`: the recorder's `CodeSnapshotter` on an unchanged `code/` (many small
   files) and a whole workspace (code + model) snapshot repeated, both with the digest cache.
+- `new run from store:<name>`: the cluster set-up container's snapshot of a base model pushed to
+  the model library (`a2rl models push`) into a fresh run: blobs copied inside the store
+  (CopyObject), nothing uploaded from the pod.
 """
 
 from __future__ import annotations
@@ -189,6 +192,19 @@ def main() -> int:
             lambda: snapshot_tree(store, layout, ws, known=known, digests=ws_digests)[1], args.repeat
         )
 
+        # 5. a fresh run whose base model was pushed to the store's model library
+        from a2rl.models.library import ModelLayout
+
+        lib_store, _ = fresh_store()
+        library = ModelLayout("bench-model")
+        snapshot_tree(lib_store, library, model)
+
+        def from_library() -> SnapshotStats:
+            forget_known_blobs()
+            return snapshot_tree(lib_store, fresh_store()[1], model, copy_from=(library,))[1]
+
+        t_lib, lib_stats = median_time(from_library, args.repeat)
+
         mbps = lambda seconds: model_bytes / MB / seconds  # noqa: E731
         print()
         print(f"{'measurement':44} {'seconds':>8} {'MiB/s':>8} {'uploaded':>12}")
@@ -205,6 +221,8 @@ def main() -> int:
               f"{'':>8} {0:12d}")  # fmt: skip
         print(f"{'workspace re-snapshot, unchanged (code+model)':44} {t_ws:8.2f} {'':>8} "
               f"{ws_stats.bytes_uploaded:12d}")  # fmt: skip
+        print(f"{'new run from store:<name> (copied in store)':44} {t_lib:8.2f} {mbps(t_lib):8.0f} "
+              f"{lib_stats.bytes_uploaded:12d}  copied {lib_stats.bytes_copied}")  # fmt: skip
         print()
         print(f"ratio snapshot(cold) / fput = {t_cold / t_fput:.2f}")
         print(f"unchanged code/ re-snapshots wrote {revisions - 1} new revision(s)")
