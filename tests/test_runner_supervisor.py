@@ -97,6 +97,43 @@ def test_deadline_sends_sigterm_first(tmp_path: Path) -> None:
     assert "got-term" in launch.log_path.read_text()
 
 
+def test_every_agent_process_gets_sigterm_exactly_once(tmp_path: Path) -> None:
+    # A Python agent (and its child, same process group) whose SIGTERM handler takes a while:
+    # a second SIGTERM would run the handler again (or, during interpreter shutdown, kill it
+    # with -15 instead of its own exit code).
+    handler = tmp_path / "agent.py"
+    handler.write_text(
+        textwrap.dedent(
+            """
+            import os, signal, sys, time
+            count = 0
+            def term(*_):
+                global count
+                count += 1
+                time.sleep(0.5)
+                with open(sys.argv[1], "a") as f:
+                    f.write(f"{os.getpid()} {count}\\n")
+                sys.exit(5)
+            signal.signal(signal.SIGTERM, term)
+            if len(sys.argv) > 2:
+                import subprocess
+                subprocess.Popen([sys.executable, __file__, sys.argv[1]])
+            print("ready", flush=True)
+            while True:
+                time.sleep(0.1)
+            """
+        )
+    )
+    counts = tmp_path / "counts.txt"
+    launch = _launch(tmp_path, f'exec "$PYTHON" {handler} {counts} spawn')
+    out = AgentSupervisor(launch).run(budget_s=2.0, grace_s=10)
+    assert out.end_reason == "deadline_exceeded"
+    assert out.exit_code == 5
+    lines = counts.read_text().split("\n")
+    per_process = [line.split() for line in lines if line]
+    assert len(per_process) == 2 and all(n == "1" for _, n in per_process), per_process
+
+
 def test_agent_ignoring_sigterm_is_killed_after_grace(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     script = f"trap '' TERM; sleep 1000 & echo $! > {pids}; wait; wait; sleep 1000"

@@ -204,7 +204,9 @@ class AgentSupervisor:
         signalled = set(targets)
         if targets:
             _killpg(pgid, signal.SIGTERM)
-            procs.signal_pids(targets, signal.SIGTERM)
+            # Once per process: a second SIGTERM can land while Python finalises after the agent's
+            # handler called sys.exit (handlers are reset by then) and turn its exit code into -15.
+            procs.signal_pids(_outside_group(targets, pgid), signal.SIGTERM)
             end = time.monotonic() + grace_s
             while time.monotonic() < end:
                 alive = self.agent_pids()
@@ -257,6 +259,16 @@ class AgentSupervisor:
             and (self._pump is None or not self._pump.is_alive())
         ):
             self._log.close()
+
+
+def _outside_group(pids: set[int], pgid: int) -> set[int]:
+    """Those of `pids` not in process group `pgid` (a `killpg` did not reach them)."""
+    outside = set()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(pid) != pgid:
+                outside.add(pid)
+    return outside
 
 
 def _killpg(pgid: int, sig: int) -> None:
