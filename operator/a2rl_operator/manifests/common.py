@@ -1,4 +1,4 @@
-"""Names, labels and owner references shared by every child of a BenchRun."""
+"""Names, labels, owner references and resource amounts shared by every child of a BenchRun."""
 
 from __future__ import annotations
 
@@ -94,3 +94,9 @@ def object_meta(body: Body, name: str, component: str | None = None) -> Manifest
 def workspace_name(body: Body) -> str:
     """Name of the workspace PVC, Job and NetworkPolicy (different kinds may share a name)."""
     return child_name(body["metadata"]["name"], SUFFIX_WORKSPACE)
+
+
+def guaranteed(amounts: dict[str, str]) -> Manifest:
+    """Container resources with requests = limits: Guaranteed QoS (and extended resources such as
+    GPUs must be equal anyway)."""
+    return {"requests": dict(amounts), "limits": dict(amounts)}

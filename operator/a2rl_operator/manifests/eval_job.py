@@ -30,9 +30,9 @@ from a2rl.constants import (
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
 from a2rl_operator.grading_config import GradingConfig
-from a2rl_operator.manifests.common import Body, Manifest, child_name, run_labels
+from a2rl_operator.manifests.common import Body, Manifest, child_name, guaranteed, run_labels
 from a2rl_operator.manifests.job import RUN_AS_UID, restricted_security_context
-from a2rl_operator.manifests.secret import store_secret_name
+from a2rl_operator.manifests.secret import store_env_from
 
 EVAL_CONTAINER = "eval"
 FETCH_CONTAINER = "fetch-heldout"
@@ -114,16 +114,7 @@ def eval_resources(spec: BenchRunSpec) -> Manifest:
     amounts: dict[str, str] = {"cpu": ev.cpu, "memory": ev.memory}
     if ev.gpus > 0:
         amounts[spec.resources.gpu_resource_name] = str(ev.gpus)
-    # Requests = limits: Guaranteed QoS; extended resources (GPUs) must be equal anyway.
-    return {"requests": dict(amounts), "limits": dict(amounts)}
-
-
-def store_env_from(run: Body, spec: BenchRunSpec) -> list[Manifest]:
-    """The run's store Secret (URI + credentials), then the run's own Secret when it names one."""
-    env_from: list[Manifest] = [{"secretRef": {"name": store_secret_name(run)}}]
-    if spec.store.secret_ref is not None:
-        env_from.append({"secretRef": {"name": spec.store.secret_ref}})
-    return env_from
+    return guaranteed(amounts)
 
 
 def hardened_security_context() -> Manifest:
@@ -175,7 +166,7 @@ def fetch_container(run: Body, spec: BenchRunSpec, target: EvalTarget, grading: 
         "command": ["python", "-c", FETCH_HELDOUT_SCRIPT, target.store_uri, target.heldout_key, HELDOUT_DIR],
         "env": _env(SCRATCH_ENV),
         "envFrom": store_env_from(run, spec),
-        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        "resources": guaranteed(amounts),
         "securityContext": hardened_security_context(),
         "volumeMounts": [
             {"name": HELDOUT_VOLUME, "mountPath": HELDOUT_DIR},

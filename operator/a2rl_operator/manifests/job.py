@@ -8,8 +8,6 @@ store Secret and a projected token of the run's ServiceAccount.
 
 from __future__ import annotations
 
-from typing import Any
-
 from a2rl_recorder.setup import SetupParams, setup_argv
 
 from a2rl.api.benchrun import BenchRunSpec
@@ -54,12 +52,13 @@ from a2rl_operator.config import OperatorConfig
 from a2rl_operator.manifests.common import (
     Body,
     Manifest,
+    guaranteed,
     object_meta,
     run_labels,
     workspace_name,
 )
 from a2rl_operator.manifests.rbac import runner_name
-from a2rl_operator.manifests.secret import store_secret_name
+from a2rl_operator.manifests.secret import store_env_from
 
 AGENT_CONTAINER = "agent"
 RECORDER_CONTAINER = "recorder"
@@ -150,11 +149,10 @@ def recorder_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
 
 def agent_resources(spec: BenchRunSpec) -> Manifest:
     res = spec.resources
-    amounts: dict[str, Any] = {"cpu": res.cpu, "memory": res.memory}
+    amounts = {"cpu": res.cpu, "memory": res.memory}
     if res.gpus > 0:
         amounts[res.gpu_resource_name] = str(res.gpus)
-    # Requests = limits: Guaranteed QoS, and extended resources (GPUs) must be equal anyway.
-    return {"requests": dict(amounts), "limits": dict(amounts)}
+    return guaranteed(amounts)
 
 
 def agent_container(body: Body, spec: BenchRunSpec) -> Manifest:
@@ -171,18 +169,6 @@ def agent_container(body: Body, spec: BenchRunSpec) -> Manifest:
     if spec.agent.args:
         container["args"] = list(spec.agent.args)
     return container
-
-
-def store_env_from(body: Body, spec: BenchRunSpec) -> list[Manifest]:
-    """The store credentials (the run's store Secret, then `spec.store.secretRef`)."""
-    env_from: list[Manifest] = [{"secretRef": {"name": store_secret_name(body)}}]
-    if spec.store.secret_ref is not None:
-        env_from.append({"secretRef": {"name": spec.store.secret_ref}})
-    return env_from
-
-
-def _guaranteed(amounts: dict[str, str]) -> Manifest:
-    return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
 def setup_container(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Manifest:
@@ -206,7 +192,7 @@ def setup_container(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> M
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "env": recorder_env(body, spec) + _env(scratch),
         "envFrom": store_env_from(body, spec),
-        "resources": _guaranteed({"cpu": config.setup_cpu, "memory": config.setup_memory}),
+        "resources": guaranteed({"cpu": config.setup_cpu, "memory": config.setup_memory}),
         "securityContext": restricted_security_context(),
         "volumeMounts": [
             {"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE_MOUNT},
@@ -226,7 +212,7 @@ def recorder_container(body: Body, spec: BenchRunSpec, config: OperatorConfig) -
         "command": ["a2rl", "recorder", "serve"],
         "env": recorder_env(body, spec),
         "envFrom": store_env_from(body, spec),
-        "resources": _guaranteed({"cpu": config.recorder_cpu, "memory": config.recorder_memory}),
+        "resources": guaranteed({"cpu": config.recorder_cpu, "memory": config.recorder_memory}),
         "securityContext": restricted_security_context(),
         # The recorder binds 127.0.0.1 only, so an exec probe (not httpGet on the pod IP). The agent
         # starts once this passes: the grading API is up before the agent's first request.

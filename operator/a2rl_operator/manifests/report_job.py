@@ -14,7 +14,7 @@ from a2rl.constants import COMPONENT_REPORT
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
 from a2rl_operator.grading_config import GradingConfig
-from a2rl_operator.manifests.common import Body, Manifest, child_name, object_meta, run_labels
+from a2rl_operator.manifests.common import Body, Manifest, child_name, guaranteed, object_meta, run_labels
 from a2rl_operator.manifests.eval_job import (
     OFFLINE_ENV,
     SCRATCH_DIR,
@@ -22,8 +22,8 @@ from a2rl_operator.manifests.eval_job import (
     SCRATCH_VOLUME,
     hardened_security_context,
     pod_security_context,
-    store_env_from,
 )
+from a2rl_operator.manifests.secret import store_env_from
 
 REPORT_CONTAINER = "report"
 SUFFIX_REPORT = "report"
@@ -52,7 +52,7 @@ def report_job(run: Body, spec: BenchRunSpec, store_uri: str, grading: GradingCo
         "env": [{"name": k, "value": v} for k, v in {**OFFLINE_ENV, **SCRATCH_ENV}.items()]
         + pod_trace_env(run["metadata"].get("annotations")),
         "envFrom": store_env_from(run, spec),
-        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        "resources": guaranteed(amounts),
         "securityContext": hardened_security_context(),
         "volumeMounts": [{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}],
     }

@@ -1,6 +1,7 @@
 """The run's store Secret: where records go and (unless the run names its own Secret) credentials.
 
-Mounted as environment into the recorder only; the agent container never references it.
+Mounted as environment (`store_env_from`) into the set-up and recorder containers and the eval
+and report pods; the agent container never references it.
 """
 
 from __future__ import annotations
@@ -34,3 +35,11 @@ def store_secret(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Mani
         "immutable": True,
         "stringData": data,
     }
+
+
+def store_env_from(body: Body, spec: BenchRunSpec) -> list[Manifest]:
+    """The run's store Secret (URI + credentials), then the run's own Secret when it names one."""
+    env_from: list[Manifest] = [{"secretRef": {"name": store_secret_name(body)}}]
+    if spec.store.secret_ref is not None:
+        env_from.append({"secretRef": {"name": spec.store.secret_ref}})
+    return env_from
