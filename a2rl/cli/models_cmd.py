@@ -57,10 +57,11 @@ def _build_tiny(args: argparse.Namespace) -> int:
 
 
 def _resolve(args: argparse.Namespace) -> int:
+    from a2rl.models.library import STORE_PREFIX
     from a2rl.models.resolve import resolve_base_model
     from a2rl.store.open import open_store
 
-    store = open_store(args.store) if args.source.strip().startswith("store:") else None
+    store = open_store(args.store) if args.source.strip().startswith(STORE_PREFIX) else None
     path = resolve_base_model(args.source, build=not args.no_build, store=store)
     print(json.dumps({"source": args.source, "path": str(path)}))
     return 0
