@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import uuid
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -181,30 +182,89 @@ def container_env(api: client.ApiClient, ns: str, container: dict[str, Any]) -> 
     return env
 
 
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@dataclass
+class Played:
+    """A container run as a local process: what ran and how it ended."""
+
+    container: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    returncode: int | None = None
+    output: str = ""
+
+
+@dataclass
+class PodPlayer:
+    """Runs a pod's containers as local processes with the pod spec's command, arguments,
+    environment and working directory, each mount path mapped to a local directory standing in
+    for the volume, and the projected ServiceAccount token as `kubeconfig`."""
+
+    api: client.ApiClient
+    pod: dict[str, Any]
+    mounts: dict[str, Path]
+    kubeconfig: Path | None = None
+    played: list[Played] = field(default_factory=list)
+
+    def _local(self, text: str) -> str:
+        for path in sorted(self.mounts, key=len, reverse=True):
+            if text == path or text.startswith(path + "/"):
+                return str(self.mounts[path]) + text[len(path) :]
+        return text
+
+    def container(self, name: str) -> dict[str, Any]:
+        spec = self.pod["spec"]
+        found: dict[str, Any] = next(
+            c for c in spec.get("initContainers", []) + spec["containers"] if c["name"] == name
+        )
+        return found
+
+    def prepare(self, name: str) -> Played:
+        c = self.container(name)
+        for path in self.mounts.values():
+            path.mkdir(parents=True, exist_ok=True)
+        argv = [self._local(a) for a in c["command"] + c.get("args", [])]
+        argv[0] = {"a2rl": a2rl_executable(), "python": sys.executable}.get(argv[0], argv[0])
+        env = {
+            k: self._local(v)
+            for k, v in container_env(self.api, self.pod["metadata"]["namespace"], c).items()
+        }
+        env = {**IMAGE_ENV, **env}
+        if any(m["mountPath"] == TOKEN_DIR for m in c.get("volumeMounts", [])):
+            # The projected ServiceAccount token, as the in-cluster client would use it.
+            assert self.kubeconfig is not None
+            env["KUBECONFIG"] = str(self.kubeconfig)
+        cwd = self._local(c["workingDir"]) if c.get("workingDir") else None
+        return Played(name, argv, env, cwd)
+
+    def run(self, name: str, timeout: float = 900) -> Played:
+        p = self.prepare(name)
+        proc = subprocess.run(
+            p.argv, env=p.env, cwd=p.cwd, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        p.returncode, p.output = proc.returncode, proc.stdout + proc.stderr
+        self.played.append(p)
+        return p
+
+    def start(self, name: str, log: Path) -> tuple[Played, subprocess.Popen[bytes]]:
+        p = self.prepare(name)
+        out = log.open("wb")
+        proc = subprocess.Popen(p.argv, env=p.env, cwd=p.cwd, stdout=out, stderr=subprocess.STDOUT)
+        out.close()
+        self.played.append(p)
+        return p, proc
+
+
 def play(
     api: client.ApiClient, pod: dict[str, Any], container_name: str, mounts: dict[str, Path]
 ) -> subprocess.CompletedProcess[str]:
-    """Run one container of `pod` as a local process: its command and environment, with each
-    mount path replaced by the local directory standing in for the volume."""
-    spec = pod["spec"]
-    container = next(
-        c for c in spec.get("initContainers", []) + spec["containers"] if c["name"] == container_name
-    )
-
-    def local(text: str) -> str:
-        """A path under a mount (an argument or a value that starts with it) → the local stand-in."""
-        for path in sorted(mounts, key=len, reverse=True):
-            if text == path or text.startswith(path + "/"):
-                return str(mounts[path]) + text[len(path) :]
-        return text
-
-    for path in mounts.values():
-        path.mkdir(parents=True, exist_ok=True)
-    argv = [local(a) for a in container["command"] + container.get("args", [])]
-    argv[0] = {"a2rl": a2rl_executable(), "python": sys.executable}.get(argv[0], argv[0])
-    env = {k: local(v) for k, v in container_env(api, pod["metadata"]["namespace"], container).items()}
+    """Run one container of `pod` to completion as a local process (`PodPlayer`)."""
+    p = PodPlayer(api, pod, mounts).prepare(container_name)
     return subprocess.run(
-        argv, env={**IMAGE_ENV, **env}, capture_output=True, text=True, timeout=600, check=False
+        p.argv, env=p.env, cwd=p.cwd, capture_output=True, text=True, timeout=600, check=False
     )
 
 

@@ -28,12 +28,11 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from a2rl_operator.devenv import OperatorProcess, a2rl_executable, serviceaccount_kubeconfig
+from a2rl_operator.devenv import OperatorProcess, serviceaccount_kubeconfig
 from kubernetes import client
 
 from a2rl.constants import API_GROUP, API_VERSION, BENCHSUBMISSION_PLURAL, LABEL_COMPONENT, LABEL_RUN_UID
@@ -42,9 +41,10 @@ from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import traceparent_from_annotations
 from a2rl.tracing.spans import collect_spans
 from tests.grading_support import (
-    IMAGE_ENV,
     STORE_URI,
-    container_env,
+    TOKEN_DIR,
+    Played,
+    PodPlayer,
     create_run,
     finish_pod,
     get_sub,
@@ -58,7 +58,6 @@ from tests.operator_support import RESTRICTED, get_run, wait_run
 # ~8 min on 2 idle cores (two training rounds); a loaded CI runner gets twice pyproject's 900 s.
 pytestmark = [pytest.mark.cluster, pytest.mark.minio, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 EVAL_LIMIT = 40
 #: The reference agent with its default SFT settings, in two rounds of a fixed number of steps (not
 #: of seconds, so that a loaded machine changes the run's duration, not what the model learns).
@@ -70,77 +69,6 @@ AGENT_ENV = {
     "AGENT_EVAL_ESTIMATE_S": "40",
 }
 BUDGET_S = 1800
-
-
-@dataclass
-class Played:
-    """A container run as a local process: what ran and how it ended."""
-
-    container: str
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str | None
-    returncode: int | None = None
-    output: str = ""
-
-
-@dataclass
-class PodPlayer:
-    """Runs a pod's containers as local processes (see the module docstring)."""
-
-    api: client.ApiClient
-    pod: dict[str, Any]
-    mounts: dict[str, Path]
-    kubeconfig: Path | None = None
-    played: list[Played] = field(default_factory=list)
-
-    def _local(self, text: str) -> str:
-        for path in sorted(self.mounts, key=len, reverse=True):
-            if text == path or text.startswith(path + "/"):
-                return str(self.mounts[path]) + text[len(path) :]
-        return text
-
-    def container(self, name: str) -> dict[str, Any]:
-        spec = self.pod["spec"]
-        found: dict[str, Any] = next(
-            c for c in spec.get("initContainers", []) + spec["containers"] if c["name"] == name
-        )
-        return found
-
-    def prepare(self, name: str) -> Played:
-        c = self.container(name)
-        for path in self.mounts.values():
-            path.mkdir(parents=True, exist_ok=True)
-        argv = [self._local(a) for a in c["command"] + c.get("args", [])]
-        argv[0] = {"a2rl": a2rl_executable(), "python": sys.executable}.get(argv[0], argv[0])
-        env = {
-            k: self._local(v)
-            for k, v in container_env(self.api, self.pod["metadata"]["namespace"], c).items()
-        }
-        env = {**IMAGE_ENV, **env}
-        if any(m["mountPath"] == TOKEN_DIR for m in c.get("volumeMounts", [])):
-            # The projected ServiceAccount token, as the in-cluster client would use it.
-            assert self.kubeconfig is not None
-            env["KUBECONFIG"] = str(self.kubeconfig)
-        cwd = self._local(c["workingDir"]) if c.get("workingDir") else None
-        return Played(name, argv, env, cwd)
-
-    def run(self, name: str, timeout: float = 900) -> Played:
-        p = self.prepare(name)
-        proc = subprocess.run(
-            p.argv, env=p.env, cwd=p.cwd, capture_output=True, text=True, timeout=timeout, check=False
-        )
-        p.returncode, p.output = proc.returncode, proc.stdout + proc.stderr
-        self.played.append(p)
-        return p
-
-    def start(self, name: str, log: Path) -> tuple[Played, subprocess.Popen[bytes]]:
-        p = self.prepare(name)
-        out = log.open("wb")
-        proc = subprocess.Popen(p.argv, env=p.env, cwd=p.cwd, stdout=out, stderr=subprocess.STDOUT)
-        out.close()
-        self.played.append(p)
-        return p, proc
 
 
 class EvalPodPlayer(threading.Thread):
