@@ -17,12 +17,14 @@ test: venv
 	hack/testenv build
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m mypy
 	$(PY) -m pytest
 
 lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: venv
 	$(PY) -m mypy

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from a2rl.cli import main
+from a2rl_cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+from a2rl_cli import main
 from pydantic import BaseModel, Field
 
 from a2rl.api import BenchRun, BenchSubmission
@@ -23,7 +24,6 @@ from a2rl.api.crdgen import (
 )
 from a2rl.api.docgen import api_reference
 from a2rl.api.structural import apply_defaults, structural_problems, validate_value
-from a2rl.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from a2rl_tasks import TASKS
 
 from a2rl.api.docgen import EXAMPLE
 from a2rl.api.load import load_benchrun, load_resource, parse_yaml, validate_document
@@ -122,14 +123,14 @@ def test_documented_example_is_valid(tmp_path: Path) -> None:
     ],
 )
 def test_each_problem_names_the_field_as_written(doc: dict[str, Any], expected: str) -> None:
-    problems = validate_document(doc, "run.yaml")
+    problems = validate_document(doc, "run.yaml", TASKS)
     assert any(p.startswith(expected) for p in problems), problems
 
 
 def test_every_problem_is_listed_at_once() -> None:
     doc = edited("spec.budget", {"wallTimeSeconds": 0, "maxSubmissions": -1, "extra": 1})
     doc["spec"]["task"] = "nope"
-    problems = validate_document(doc, "run.yaml")
+    problems = validate_document(doc, "run.yaml", TASKS)
     assert [p.split(":")[0] for p in problems] == [
         "spec.budget.wallTimeSeconds",
         "spec.budget.maxSubmissions",

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from a2rl_cli import main
 
 from a2rl.api.docgen import EXAMPLE
-from a2rl.cli import main
+from a2rl.launch import a2rl_argv
 
 INVALID = EXAMPLE.replace("wallTimeSeconds: 600", "wallTimeSeconds: 0").replace("task: arith", "task: chess")
 
@@ -35,13 +35,7 @@ def test_invalid_yaml_never_shows_a_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("spec: [unclosed\n")
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from a2rl.cli import main; sys.exit(main())",
-            "validate",
-            str(bad),
-        ],
+        a2rl_argv("validate", str(bad)),
         capture_output=True,
         text=True,
         check=False,

@@ -43,9 +43,8 @@ def test_deployment_passes_every_grading_setting_the_operator_reads() -> None:
 
 
 def test_deployment_args_are_operator_flags_and_image_defaults_match_the_code() -> None:
+    from a2rl_cli import build_parser
     from a2rl_operator.config import DEFAULT_RECORDER_IMAGE, DEFAULT_SETUP_IMAGE
-
-    from a2rl.cli import build_parser
 
     template = (CHART / "templates" / "deployment.yaml").read_text()
     flags = set(re.findall(r"^\s+- (--[a-z-]+)=", template, flags=re.M))

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from a2rl_grader.evaluate import run_eval_subprocess
 from a2rl_tasks import get_task
 from a2rl_tasks.base import StagedData
 
+from a2rl.launch import run_a2rl
 from a2rl.models.tiny import build_tiny_model
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import hash_tree, snapshot_tree
@@ -57,7 +57,7 @@ def _eval(args: list[str], tmp_path: Path) -> tuple[int, str, str]:
 
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    proc = run_eval_subprocess(args, env=env, timeout_s=600)
+    proc = run_a2rl(["eval", *args], env=env, timeout_s=600)
     return proc.returncode, proc.stdout, proc.stderr
 
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from a2rl_cli import main
 from a2rl_tasks import get_task
 
 from a2rl.api.benchrun import BenchRun
 from a2rl.api.docgen import EXAMPLE
-from a2rl.cli import main
 from a2rl.constants import ENV_JUDGE_API_KEY, ENV_JUDGE_BASE_URL, ENV_JUDGE_MODEL
-from a2rl.runner.agent_env import agent_env, eval_environ, recorder_env
-from a2rl.runner.workspace import Workspace
+from a2rl.contracts.env import agent_env, eval_environ, recorder_env
 from a2rl.store.layout import RunLayout
+from a2rl.workspace import Workspace
 
 JUDGE = {"baseUrl": "http://127.0.0.1:8000/v1", "model": "judge-7b"}
 RUNNER_ENV = {ENV_JUDGE_BASE_URL: "http://other:1/v1", ENV_JUDGE_MODEL: "other", ENV_JUDGE_API_KEY: "sk-1",

@@ -7,13 +7,13 @@ import re
 from pathlib import Path
 
 import pytest
-from a2rl_grader.inference.base import GenerationRequest
 from a2rl_grader.inference.loading import ModelLoadError
 from a2rl_grader.inference.select import resolve_backend_name, select_backend
 from a2rl_grader.inference.text import cut_at_stops, largest_power_of_two_at_most
 from a2rl_grader.inference.transformers_backend import TransformersBackend
 
 from a2rl.errors import A2rlError
+from a2rl.inference import GenerationRequest
 from a2rl.models.tiny import build_tiny_model
 
 PROMPTS = [

@@ -6,8 +6,8 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from a2rl_grader.inference.base import GenerationRequest
 
+from a2rl.inference import GenerationRequest
 from a2rl.models.tiny import build_tiny_model
 
 pytestmark = [

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from a2rl_cli import main
 
-from a2rl.cli import main
 from a2rl.errors import A2rlError, NotFoundError
 from a2rl.models.library import ModelLayout, fetch_model, library_manifest, list_models, push_model
 from a2rl.models.resolve import resolve_base_model

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from a2rl_cli import main as cli_main
 
-from a2rl.cli import main as cli_main
 from a2rl.errors import A2rlError, NotFoundError
 from a2rl.models.resolve import resolve_base_model
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from a2rl_cli import main as cli_main
 
-from a2rl.cli import main as cli_main
 from a2rl.models.tiny import MARKER, build_tiny_model, build_tokenizer, is_built
 from a2rl.store.cas import hash_tree
 

@@ -133,7 +133,7 @@ def test_eval_command_is_the_local_dispatchers(tmp_path: Path) -> None:
     target = EvalTarget(index=2, store_uri=store.uri, heldout_key=HELDOUT_KEY)
     job = eval_job(run, submission(), parse_spec(run), target, GRADING)
     cmd = containers(job)["eval"]["command"]
-    assert cmd[0] == "a2rl" and cmd[1:] == local.command(2)[3:]  # local: python -c <bootstrap> eval …
+    assert cmd[0] == "a2rl" and cmd[1:] == local.command(2)  # local: python -m a2rl_cli eval …
     assert "trust_remote_code" not in json.dumps(job).lower()
 
 

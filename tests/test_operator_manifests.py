@@ -290,7 +290,7 @@ def test_setup_container_prepares_the_workspace_before_the_recorder_with_the_rec
         "--grace-seconds": str(spec.budget.grace_seconds),
     }
     # The CLI parses exactly this command line.
-    from a2rl.cli import build_parser
+    from a2rl_cli import build_parser
 
     parsed = build_parser().parse_args(argv[1:])
     assert (parsed.base_model_source, parsed.seed) == (spec.base_model.source, 3)

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -28,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from a2rl.api.benchsubmission import submission_name
 from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, BENCHSUBMISSION_PLURAL
+from a2rl.launch import a2rl_argv
 from a2rl.store.layout import RunLayout
 from a2rl.store.open import parse_endpoint
 from a2rl.store.s3 import S3Store
@@ -35,7 +35,7 @@ from tests.testenv.controlplane import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET = "a2rl-recorder"
-A2RL = [sys.executable, "-c", "import sys; from a2rl.cli import main; sys.exit(main())"]
+A2RL = a2rl_argv()
 
 
 def benchrun_body(name: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from a2rl_recorder.app import serve
 
+from a2rl.launch import a2rl_argv
 from a2rl.store.local import LocalStore
 from tests.test_recorder_support import (
     LAYOUT,
@@ -189,7 +190,7 @@ def test_cli_serve_exits_zero_on_sigterm_with_final_revision(tmp_path: Path) -> 
         "A2RL_HELDOUT_PATH": str(heldout),
         "A2RL_CODE_DEBOUNCE": "30",  # only the final flush can record the edit below
     }
-    cmd = [sys.executable, "-c", "import sys; from a2rl.cli import main; sys.exit(main())"]
+    cmd = a2rl_argv()
     proc = subprocess.Popen(
         [*cmd, "recorder", "serve", "--port", "0"],
         env=env,
@@ -218,7 +219,7 @@ def test_cli_config_errors_are_one_line(tmp_path: Path) -> None:
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("A2RL_RUN") and k not in ("WORKSPACE", "TASK")
     }
-    cmd = [sys.executable, "-c", "import sys; from a2rl.cli import main; sys.exit(main())"]
+    cmd = a2rl_argv()
     proc = subprocess.run(
         [*cmd, "recorder", "serve"], check=False, env=env, capture_output=True, text=True, timeout=60
     )

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 from a2rl_recorder.config import RecorderConfig
-from a2rl_recorder.setup import SetupParams, recorded_base_digest, setup_workspace
+from a2rl_recorder.workspace_setup import recorded_base_digest, setup_workspace
 from a2rl_tasks import get_task
 from a2rl_tasks.artifacts import stage_to_store
 
 from a2rl import constants as c
+from a2rl.contracts.setup import SetupParams
 from a2rl.errors import A2rlError
 from a2rl.models.resolve import resolve_base_model
 from a2rl.store.cas import hash_tree

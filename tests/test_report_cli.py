@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from a2rl_cli import main
 
-from a2rl.cli import main
 from a2rl.errors import A2rlError
+from a2rl.launch import a2rl_argv
 from a2rl.runs import find_run, latest_run, list_runs
 from a2rl.store.layout import RunLayout
 from a2rl.store.local import LocalStore
@@ -120,11 +121,7 @@ def test_console_script_prints_json(store: LocalStore, tmp_path: Path) -> None:
     sample_run(tmp_path, store)
     env = {**os.environ, "A2RL_HOME": str(tmp_path / "home")}
     script = Path(sys.executable).with_name("a2rl")
-    command = (
-        [str(script)]
-        if script.exists()
-        else [sys.executable, "-c", "import sys; from a2rl.cli import main; sys.exit(main())"]
-    )
+    command = [str(script)] if script.exists() else a2rl_argv()
     proc = subprocess.run(
         [*command, "report", "--latest", "--json", "--store", store.uri],
         capture_output=True,

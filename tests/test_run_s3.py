@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
+from a2rl_cli import main
 
-from a2rl.cli import main
 from a2rl.store.cas import TreeManifest
 from a2rl.store.layout import RunLayout
 from a2rl.store.open import open_store

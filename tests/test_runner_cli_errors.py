@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from a2rl.cli import main
+from a2rl_cli import main
 
 
 def _doc(**spec_overrides: Any) -> dict[str, Any]:

@@ -13,12 +13,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from a2rl_runner import procs
+from a2rl_runner.run import run_benchrun
 
 from a2rl.api.benchrun import BenchRun
 from a2rl.constants import ENV_AGENT_SESSION
-from a2rl.runner import procs
-from a2rl.runner.agent_env import a2rl_command
-from a2rl.runner.run import run_benchrun
+from a2rl.contracts.env import a2rl_command
 from tests.run_support import SUBMIT_BASE_COPY, arith_spec, benchrun_doc
 
 pytestmark = pytest.mark.slow

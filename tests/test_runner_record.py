@@ -7,14 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from a2rl_runner.printing import progress_line, summarize
 
 from a2rl.api.benchrun import BenchRun
 from a2rl.constants import AGENT_CONTRACT_ENV, ENV_SEED
+from a2rl.contracts.env import agent_cwd, agent_env, recorder_env, resolve_agent_argv
 from a2rl.errors import A2rlError
-from a2rl.runner.agent_env import agent_cwd, agent_env, recorder_env, resolve_agent_argv
-from a2rl.runner.record import progress_line, run_json, summarize
-from a2rl.runner.workspace import Workspace
+from a2rl.records.run import run_json
 from a2rl.store.layout import RunLayout
+from a2rl.workspace import Workspace
 
 
 def _run(**spec: object) -> BenchRun:

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from a2rl_runner import procs
+from a2rl_runner.supervisor import AgentLaunch, AgentSupervisor
 
 from a2rl.constants import ENV_AGENT_SESSION
-from a2rl.runner import procs
-from a2rl.runner.supervisor import AgentLaunch, AgentSupervisor
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 

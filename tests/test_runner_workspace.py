@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from a2rl.errors import A2rlError
-from a2rl.runner.workspace import (
+from a2rl.workspace import (
     create_workspace,
     remove_workspace,
     render_instructions,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from a2rl_grader.inference.base import GenerationRequest, InferenceBackend
+from a2rl_cli import main
 from a2rl_tasks import get_task
 from a2rl_tasks.alfworld import catalog, data, generator, prompting
 from a2rl_tasks.alfworld.engine import INVALID_FEEDBACK, LocalEnvPool, TextGame, initial_observation
@@ -26,9 +26,9 @@ from a2rl_tasks.alfworld.rollout import EpisodeSpec, replay, run_episodes
 from a2rl_tasks.alfworld.task import ALFWorldTask
 from a2rl_tasks.artifacts import check_disjoint, heldout_leaks, stage_artifacts, verify_artifact
 
-from a2rl.cli import main
 from a2rl.constants import ENV_ALFWORLD_MAX_STEPS
 from a2rl.errors import A2rlError
+from a2rl.inference import GenerationRequest, InferenceBackend
 
 SOURCE = "generated:train=4,heldout=4"
 

@@ -12,11 +12,11 @@ import os
 from pathlib import Path
 
 import pytest
-from a2rl_grader.evaluate import run_eval_subprocess
 from a2rl_tasks import get_task
 from a2rl_tasks.artifacts import stage_artifacts
 
 from a2rl.constants import ENV_ALFWORLD_MAX_STEPS
+from a2rl.launch import run_a2rl
 from a2rl.models.tiny import build_tiny_model
 from a2rl.store.open import open_store
 
@@ -34,8 +34,8 @@ def test_tiny_model_plays_alfworld_through_the_grader(tmp_path: Path) -> None:
     prefix = "local/e2ealfworld-abc123def456"
     (tmp_path / "tmp").mkdir()
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), **{ENV_ALFWORLD_MAX_STEPS: str(STEPS)})
-    proc = run_eval_subprocess(
-        ["baseline", "--store", store_uri, "--run-prefix", prefix, "--task", "alfworld",
+    proc = run_a2rl(
+        ["eval", "baseline", "--store", store_uri, "--run-prefix", prefix, "--task", "alfworld",
          "--model-dir", str(tiny), "--heldout", str(staged.heldout_dir), "--backend", "transformers",
          "--limit", str(GAMES)],
         env=env, timeout_s=1800,

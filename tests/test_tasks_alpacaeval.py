@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from a2rl_grader.inference.base import GenerationRequest, InferenceBackend
+from a2rl_cli import main
 from a2rl_tasks import get_task
 from a2rl_tasks.alpacaeval import data
 from a2rl_tasks.alpacaeval.prompting import (
@@ -24,8 +24,8 @@ from a2rl_tasks.alpacaeval.winrate import fit_length_glm, length_feature, win_ra
 from a2rl_tasks.artifacts import heldout_leaks, stage_artifacts
 from a2rl_tasks.judge import JudgeConfigError
 
-from a2rl.cli import main
 from a2rl.errors import A2rlError
+from a2rl.inference import GenerationRequest, InferenceBackend
 from tests.judge_server import JudgeServer
 
 TOPICS = ("volcanoes", "honeybees", "the printing press", "tides", "photosynthesis", "jazz", "glaciers",

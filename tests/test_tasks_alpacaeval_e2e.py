@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from a2rl_grader.evaluate import CLI_BOOTSTRAP, run_eval_subprocess
 from a2rl_tasks.alpacaeval import AlpacaEvalTask
 from a2rl_tasks.artifacts import stage_artifacts
 
+from a2rl.launch import a2rl_argv, run_a2rl
 from a2rl.models.tiny import build_tiny_model
 from tests.judge_server import JudgeServer
 from tests.test_tasks_alpacaeval import make_alpaca_dir
@@ -43,8 +42,8 @@ def _baseline(
     (tmp_path / name / "tmp").mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_JUDGE_")}
     env.update(TMPDIR=str(tmp_path / name / "tmp"), **extra_env)
-    proc = run_eval_subprocess(
-        ["baseline", "--store", store_uri, "--run-prefix", prefix, "--task", "alpacaeval",
+    proc = run_a2rl(
+        ["eval", "baseline", "--store", store_uri, "--run-prefix", prefix, "--task", "alpacaeval",
          "--model-dir", str(model_dir), "--heldout", str(heldout), "--backend", "transformers",
          "--limit", str(LIMIT)],
         env=env, timeout_s=1200,
@@ -85,8 +84,8 @@ def test_tiny_model_end_to_end_with_judge_cache(tiny_dir: Path, heldout: Path, t
         )
         env2 = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_JUDGE_")} | env
         score = subprocess.run(
-            [sys.executable, "-c", CLI_BOOTSTRAP, "tasks", "score", "alpacaeval",
-             "--predictions", str(preds), "--references", str(refs), "--json"],
+            a2rl_argv("tasks", "score", "alpacaeval",
+             "--predictions", str(preds), "--references", str(refs), "--json"),
             env=env2, capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
         assert score.returncode == 0, score.stderr[-2000:]

@@ -153,7 +153,7 @@ def test_cache_key_covers_model_and_messages(tmp_path: Path) -> None:
 
 
 def test_judge_settings_never_reach_the_agent() -> None:
-    from a2rl.runner.agent_env import agent_base_env
+    from a2rl.contracts.env import agent_base_env
 
     env = agent_base_env(
         {"PATH": "/bin", "A2RL_JUDGE_API_KEY": "sk-secret", "A2RL_JUDGE_BASE_URL": "http://j/v1",

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from a2rl_cli import main
 from a2rl_tasks import get_task
 from a2rl_tasks.artifacts import (
     MANIFEST,
@@ -17,7 +18,6 @@ from a2rl_tasks.artifacts import (
     verify_artifact,
 )
 
-from a2rl.cli import main
 from a2rl.errors import A2rlError
 from a2rl.store.open import open_store
 from tests.test_tasks_gsm8k import make_gsm8k_dir

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from a2rl_cli import main
 from a2rl_tasks import TASKS, get_task
 from a2rl_tasks.artifacts import MANIFEST, fetch_artifact, store_prefix, verify_artifact
 
-from a2rl.cli import main
 from a2rl.constants import ENV_CACHE_DIR, ENV_JUDGE_CACHE_DIR
 from a2rl.store.open import open_store
 from tests.task_sources import source_for
@@ -233,7 +233,7 @@ def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> It
 
 def test_cli_reference_names_every_command_and_flag() -> None:
     """docs/cli.md documents every command, subcommand and flag the parser has."""
-    from a2rl.cli import build_parser
+    from a2rl_cli import build_parser
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
     missing = []

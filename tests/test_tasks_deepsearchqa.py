@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from a2rl_grader.inference.base import GenerationRequest, InferenceBackend
+from a2rl_cli import main
 from a2rl_grader.inference.text import cut_at_stops
 from a2rl_tasks import get_task
 from a2rl_tasks.artifacts import heldout_leaks, stage_artifacts
@@ -41,8 +41,8 @@ from a2rl_tasks.deepsearchqa.search import (
 )
 from a2rl_tasks.judge import JudgeConfigError
 
-from a2rl.cli import main
 from a2rl.errors import A2rlError
+from a2rl.inference import GenerationRequest, InferenceBackend
 from tests.judge_server import JudgeServer
 
 # --- self-made data in the google/deepsearchqa format -----------------------------------------

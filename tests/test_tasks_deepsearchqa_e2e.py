@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
-from a2rl_grader.evaluate import run_eval_subprocess
 from a2rl_tasks.artifacts import stage_artifacts
 from a2rl_tasks.deepsearchqa import DeepSearchQATask
 
+from a2rl.launch import run_a2rl
 from a2rl.models.tiny import build_tiny_model
 from tests.judge_server import JudgeServer
 from tests.test_tasks_deepsearchqa import make_corpus, make_dsqa_file
@@ -36,8 +36,8 @@ def test_tiny_model_end_to_end(tmp_path: Path) -> None:
             A2RL_SEARCH_CORPUS=str(corpus),
             TMPDIR=str(tmp_path / "tmp"),
         )
-        proc = run_eval_subprocess(
-            ["baseline", "--store", store_uri, "--run-prefix", prefix, "--task", "deepsearchqa",
+        proc = run_a2rl(
+            ["eval", "baseline", "--store", store_uri, "--run-prefix", prefix, "--task", "deepsearchqa",
              "--model-dir", str(tiny), "--heldout", str(heldout), "--backend", "transformers",
              "--limit", str(LIMIT)],
             env=env, timeout_s=1200,

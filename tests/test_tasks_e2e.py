@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-from a2rl_grader.evaluate import run_eval_subprocess
 from a2rl_tasks import get_task
 from a2rl_tasks.artifacts import stage_artifacts
 
+from a2rl.launch import run_a2rl
 from a2rl.models.tiny import build_tiny_model
 from a2rl.store.open import open_store
 from tests.test_tasks_gsm8k import make_gsm8k_dir
@@ -34,8 +34,8 @@ def _baseline(tmp_path: Path, task: str, model_dir: Path, heldout: Path) -> tupl
     prefix = f"local/e2e{task}-abc123def456"
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    proc = run_eval_subprocess(
-        ["baseline", "--store", store_uri, "--run-prefix", prefix, "--task", task,
+    proc = run_a2rl(
+        ["eval", "baseline", "--store", store_uri, "--run-prefix", prefix, "--task", task,
          "--model-dir", str(model_dir), "--heldout", str(heldout), "--backend", "transformers",
          "--limit", str(LIMIT)],
         env=env, timeout_s=1200,

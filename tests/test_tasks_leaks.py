@@ -35,10 +35,10 @@ from a2rl_tasks import TASKS, get_task
 from a2rl_tasks.artifacts import StagedArtifacts, stage_artifacts
 
 from a2rl.errors import A2rlError
-from a2rl.runner.workspace import Workspace, create_workspace, render_instructions
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.store.local import LocalStore
+from a2rl.workspace import Workspace, create_workspace, render_instructions
 from tests.task_sources import TaskSource, source_for
 from tests.test_recorder_support import LAYOUT, make_config, make_model
 

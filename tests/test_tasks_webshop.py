@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from a2rl_cli import main
 from a2rl_tasks import get_task
 from a2rl_tasks.artifacts import heldout_leaks, stage_artifacts
 from a2rl_tasks.webshop import data, generate, real
@@ -20,7 +21,6 @@ from a2rl_tasks.webshop.sim import Goal, Product, SimWebShopEnv, get_reward, loa
 from a2rl_tasks.webshop.sim.textmatch import normalise_color, token_set_ratio
 from a2rl_tasks.webshop.task import summarise
 
-from a2rl.cli import main
 from a2rl.errors import A2rlError
 
 SHOE = Product(

@@ -9,11 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from a2rl_grader.evaluate import run_eval_subprocess
+from a2rl_cli import main
 from a2rl_tasks import get_task
 from a2rl_tasks.artifacts import stage_artifacts
 
-from a2rl.cli import main
+from a2rl.launch import run_a2rl
 from a2rl.models.tiny import build_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -31,8 +31,8 @@ def test_tiny_model_webshop_end_to_end(tmp_path: Path, capsys: pytest.CaptureFix
     store = tmp_path / "store"
     prefix = "local/e2ewebshop-abc123def456"
     (tmp_path / "tmp").mkdir()
-    proc = run_eval_subprocess(
-        ["baseline", "--store", store.as_uri(), "--run-prefix", prefix, "--task", "webshop",
+    proc = run_a2rl(
+        ["eval", "baseline", "--store", store.as_uri(), "--run-prefix", prefix, "--task", "webshop",
          "--model-dir", str(tiny), "--heldout", str(heldout), "--backend", "transformers",
          "--limit", str(LIMIT)],
         env=dict(os.environ, TMPDIR=str(tmp_path / "tmp")), timeout_s=1500,

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from a2rl_runner.run import run_benchrun
 
 from a2rl.api.benchrun import BenchRun
 from a2rl.constants import ANNOTATION_TRACE_CONTEXT, ENV_TRACEPARENT
-from a2rl.runner.run import run_benchrun
 from a2rl.store.layout import RunLayout
 from a2rl.store.local import LocalStore
 from a2rl.tracing import (

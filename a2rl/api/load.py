@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Collection
 from datetime import date, datetime
 from functools import cache
 from pathlib import Path
@@ -21,6 +22,7 @@ from pydantic_core import ErrorDetails
 from a2rl.api.benchrun import BenchRun
 from a2rl.api.benchsubmission import SHA256, BenchSubmission
 from a2rl.api.common import DNS_LABEL, DNS_SUBDOMAIN, QUANTITY_PATTERN
+from a2rl.api.crdgen import openapi_schema
 from a2rl.constants import API_GROUP_VERSION, BENCHRUN_KIND, BENCHSUBMISSION_KIND
 from a2rl.errors import A2rlError, InvalidDocumentError
 
@@ -95,7 +97,6 @@ def _got(value: Any) -> str:
 
 @cache
 def _schema(kind: str) -> dict[str, Any]:
-    from a2rl.api.crdgen import openapi_schema
 
     return openapi_schema(MODELS[kind])
 
@@ -184,7 +185,7 @@ def _path(err: ErrorDetails) -> str:
     return out or "<document>"
 
 
-def _check(data: Any) -> tuple[Resource | None, list[str]]:
+def _check(data: Any, known_tasks: Collection[str] | None) -> tuple[Resource | None, list[str]]:
     if not isinstance(data, dict):
         got = "null" if data is None else type(data).__name__
         return None, [f"<document>: must be a mapping with apiVersion, kind, metadata and spec (got {got})"]
@@ -211,48 +212,45 @@ def _check(data: Any) -> tuple[Resource | None, list[str]]:
     except ValidationError as exc:
         problems += [f"{_path(e)}: {_message(kind, e)}" for e in exc.errors(include_url=False)]
         obj = None
-    problems += _semantic_problems(data)
+    problems += _semantic_problems(data, known_tasks)
     if problems:
         return None, problems
     assert isinstance(obj, BenchRun | BenchSubmission)
     return obj, []
 
 
-def _semantic_problems(data: dict[str, Any]) -> list[str]:
-    """Rules that need more than the schema: the task must be one a2rl knows."""
+def _semantic_problems(data: dict[str, Any], known_tasks: Collection[str] | None) -> list[str]:
+    """Rules that need more than the schema: the task must be one of `known_tasks` (the task
+    registry lives a layer above the API; callers that have it pass its names)."""
     spec = data.get("spec")
-    if data.get("kind") != BENCHRUN_KIND or not isinstance(spec, dict):
+    if known_tasks is None or data.get("kind") != BENCHRUN_KIND or not isinstance(spec, dict):
         return []
     task = spec.get("task")
-    if not isinstance(task, str) or not task:
+    if not isinstance(task, str) or not task or task in known_tasks:
         return []
-    from a2rl_tasks import TASKS
-
-    if task in TASKS:
-        return []
-    return [f"spec.task: unknown task {task!r} (known: {', '.join(sorted(TASKS))})"]
+    return [f"spec.task: unknown task {task!r} (known: {', '.join(sorted(known_tasks))})"]
 
 
-def validate_document(data: Any, source: str) -> list[str]:
+def validate_document(data: Any, source: str, known_tasks: Collection[str] | None = None) -> list[str]:
     """Every problem of a parsed BenchRun/BenchSubmission document, as `path: message` lines."""
     del source  # the caller prefixes problems with it (InvalidDocumentError does)
-    return _check(data)[1]
+    return _check(data, known_tasks)[1]
 
 
-def parse_resource(data: Any, source: str) -> Resource:
+def parse_resource(data: Any, source: str, known_tasks: Collection[str] | None = None) -> Resource:
     """The validated BenchRun or BenchSubmission; InvalidDocumentError listing every problem."""
-    obj, problems = _check(data)
+    obj, problems = _check(data, known_tasks)
     if obj is None:
         raise InvalidDocumentError(source, problems)
     return obj
 
 
-def load_resource(path: Path) -> Resource:
+def load_resource(path: Path, known_tasks: Collection[str] | None = None) -> Resource:
     """Read, parse and validate the BenchRun or BenchSubmission in the YAML file at `path`."""
-    return parse_resource(read_document(path), str(path))
+    return parse_resource(read_document(path), str(path), known_tasks)
 
 
-def parse_benchrun(data: Any, source: str) -> BenchRun:
+def parse_benchrun(data: Any, source: str, known_tasks: Collection[str] | None = None) -> BenchRun:
     """The validated BenchRun in `data`; InvalidDocumentError listing every problem."""
     if (
         isinstance(data, dict)
@@ -260,11 +258,11 @@ def parse_benchrun(data: Any, source: str) -> BenchRun:
         and data.get("kind") in MODELS
     ):
         raise InvalidDocumentError(source, [f"kind: must be {BENCHRUN_KIND} (got {_got(data.get('kind'))})"])
-    obj = parse_resource(data, source)
+    obj = parse_resource(data, source, known_tasks)
     assert isinstance(obj, BenchRun)
     return obj
 
 
-def load_benchrun(path: Path) -> BenchRun:
+def load_benchrun(path: Path, known_tasks: Collection[str] | None = None) -> BenchRun:
     """Read, parse and validate the BenchRun in the YAML file at `path`."""
-    return parse_benchrun(read_document(path), str(path))
+    return parse_benchrun(read_document(path), str(path), known_tasks)

@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlparse
 
 from a2rl import paths
 from a2rl.errors import A2rlError, NotFoundError
+from a2rl.models.library import STORE_PREFIX, fetch_model
 
 if TYPE_CHECKING:
     from a2rl.store.base import ObjectStore
@@ -30,7 +31,6 @@ def builtin_dir(name: str) -> Path:
 def resolve_base_model(source: str, *, build: bool = True, store: ObjectStore | None = None) -> Path:
     """The local directory holding the model named by `source` (see module docstring); `store`:
     the run's object store, where `store:<name>` sources live."""
-    from a2rl.models.library import STORE_PREFIX
 
     source = source.strip()
     if source.startswith(BUILTIN_PREFIX):
@@ -71,7 +71,6 @@ def _resolve_builtin(name: str, *, build: bool) -> Path:
 
 
 def _resolve_stored(name: str, store: ObjectStore | None) -> Path:
-    from a2rl.models.library import fetch_model
 
     if store is None:
         raise A2rlError(f"base model store:{name}: no object store to read it from")

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from a2rl.errors import A2rlError
 from a2rl.store.base import ObjectStore
+from a2rl.store.local import ContentChangedError, check_key
 
 
 class BlobLayout(Protocol):
@@ -188,7 +189,6 @@ def _put_verified(store: ObjectStore, key: str, path: Path, sha256: str) -> None
         store.put_file(key, path)
         if hash_file(path)[0] != sha256:
             store.delete(key)
-            from a2rl.store.local import ContentChangedError
 
             raise ContentChangedError(f"{path} changed while it was being stored")
 
@@ -251,7 +251,6 @@ class _BlobUploader:
         When the file changes between hashing and uploading, it is re-hashed and stored under its
         new digest (the snapshot then records the newer content).
         """
-        from a2rl.store.local import ContentChangedError
 
         for _ in range(CHANGE_RETRIES):
             if self.is_known(digest):
@@ -368,7 +367,6 @@ def restore_tree(
     Raises `NotFoundError` for a missing blob and `A2rlError` for a corrupt one or an entry path
     that would leave `dest`. File modes are restored (permission bits only).
     """
-    from a2rl.store.local import check_key
 
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)

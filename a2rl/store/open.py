@@ -16,6 +16,8 @@ from a2rl.constants import ENV_S3_ACCESS_KEY, ENV_S3_ENDPOINT, ENV_S3_SECRET_KEY
 from a2rl.errors import A2rlError
 from a2rl.paths import default_store_uri
 from a2rl.store.base import ObjectStore
+from a2rl.store.local import LocalStore
+from a2rl.store.s3 import S3Store
 
 ENV_S3_REGION = "AWS_REGION"
 
@@ -27,12 +29,8 @@ def open_store(uri: str | None = None) -> ObjectStore:
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
     if scheme == "" or (len(scheme) == 1 and uri[1:2] == ":"):  # a plain path (or a drive letter)
-        from a2rl.store.local import LocalStore
-
         return LocalStore(Path(uri))
     if scheme == "file":
-        from a2rl.store.local import LocalStore
-
         if parts.netloc not in ("", "localhost"):
             raise A2rlError(f"file store URI must name a local path (file:///dir), got {uri!r}")
         return LocalStore(Path(unquote(parts.path)))
@@ -60,7 +58,6 @@ def _open_s3(uri: str, bucket: str, path: str) -> ObjectStore:
     if missing:
         raise A2rlError(f"store {uri} needs {', '.join(missing)} in the environment")
     host, secure = parse_endpoint(endpoint)
-    from a2rl.store.s3 import S3Store
 
     try:
         return S3Store(

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from a2rl.constants import ENV_OTEL_ENDPOINT, TRACE_SERVICE_PREFIX
 from a2rl.store.base import ObjectStore
 from a2rl.tracing.context import TraceParent, parse_traceparent, trace_env, traceparent_from_env
+from a2rl.tracing.exporter import StoreSpanExporter
 from a2rl.tracing.spans import ATTR_RUN_PREFIX
 
 if TYPE_CHECKING:
@@ -120,8 +121,6 @@ class Tracing:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-        from a2rl.tracing.exporter import StoreSpanExporter
 
         resource = Resource.create(
             {"service.name": self.service_name, "process.pid": os.getpid(), "a2rl.component": self.component}

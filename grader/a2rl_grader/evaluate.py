@@ -21,6 +21,7 @@ from a2rl_tasks.base import EvalResult, Task
 
 from a2rl.errors import A2rlError
 from a2rl.store.base import ObjectStore
+from a2rl.store.cas import TreeManifest, restore_tree
 from a2rl.store.layout import RunLayout
 from a2rl.tracing import span
 
@@ -131,7 +132,6 @@ def evaluate_submission(
     options: EvalOptions,
 ) -> dict[str, Any]:
     """Restore submission `index`'s model into a fresh temp dir, evaluate it, write the result."""
-    from a2rl.store.cas import TreeManifest, restore_tree
 
     check_heldout(heldout_dir)
     manifest = store.get_json(layout.submission_manifest(index))
@@ -179,56 +179,3 @@ def _error_fields(task: Task, options: EvalOptions, error: str) -> dict[str, Any
         "finished_at": now,
         "duration_s": 0.0,
     }
-
-
-# --- launching the eval process -------------------------------------------------------------
-
-#: Runs `a2rl.cli.main` in a fresh interpreter (works whether or not the console script is on PATH).
-CLI_BOOTSTRAP = "import sys; from a2rl.cli import main; sys.exit(main())"
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-TIMEOUT_EXIT_CODE = 124
-
-
-def eval_command(argv_extra: list[str]) -> list[str]:
-    import sys
-
-    return [sys.executable, "-c", CLI_BOOTSTRAP, "eval", *argv_extra]
-
-
-def run_eval_subprocess(
-    argv_extra: list[str], env: dict[str, str] | None = None, timeout_s: float = 3600.0
-) -> Any:
-    """Run `a2rl eval <argv_extra…>` in a fresh process and wait for it.
-
-    `env` defaults to this process's environment; hub access is always switched off. On timeout
-    the whole process group is killed and a CompletedProcess with return code 124 is returned
-    (stderr says so) instead of raising. Returns `subprocess.CompletedProcess[str]`.
-    """
-    import os
-    import signal
-    import subprocess
-
-    from a2rl.tracing import current_trace_env
-
-    full_env = dict(os.environ if env is None else env)
-    full_env.update(OFFLINE_ENV)
-    full_env.update(current_trace_env())  # the eval process's spans join the caller's trace
-    cmd = eval_command(argv_extra)
-    proc = subprocess.Popen(
-        cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with _suppress_lookup():
-            os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        stderr = (stderr or "") + f"\na2rl eval timed out after {timeout_s:.0f}s\n"
-        return subprocess.CompletedProcess(cmd, TIMEOUT_EXIT_CODE, stdout, stderr)
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-
-
-def _suppress_lookup() -> Any:
-    import contextlib
-
-    return contextlib.suppress(ProcessLookupError, PermissionError)

@@ -15,8 +15,8 @@ from typing import Any
 
 from a2rl_tasks.base import EvalResult, Task
 
+from a2rl.inference import GenerationRequest, InferenceBackend
 from a2rl.tracing import span
-from a2rl_grader.inference.base import GenerationRequest, InferenceBackend
 
 
 class TracedBackend(InferenceBackend):

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from a2rl.constants import ENV_S3_ACCESS_KEY, ENV_S3_ENDPOINT, ENV_S3_SECRET_KEY, ENV_STORE_URI
+from a2rl.errors import A2rlError
 
 DEFAULT_RECORDER_IMAGE = "ghcr.io/a2rl/recorder:0.1.0"
 # The workspace set-up container builds/copies the base model and reads the task registry: it
@@ -50,8 +51,6 @@ class OperatorConfig:
 def parse_egress(text: str) -> Egress:
     """`10.0.0.0/8:9000`, `10.1.2.3:443` or `10.1.2.3` → Egress (a bare IP becomes a /32)."""
     import ipaddress
-
-    from a2rl.errors import A2rlError
 
     host, sep, port = text.rpartition(":")
     if not sep or "/" in port:

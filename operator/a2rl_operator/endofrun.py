@@ -23,6 +23,7 @@ import logging
 from typing import Any
 
 import kopf
+from a2rl_tasks import get_task
 
 from a2rl.constants import (
     API_GROUP,
@@ -102,7 +103,6 @@ def prepare_report(
     kube: Kube, run: Body, store: RunStore, subs: list[Body], *, grading: GradingConfig, logger: Logger
 ) -> None:
     """run.json and the workspace pod's logs, before the report Job reads the store."""
-    from a2rl_tasks import get_task
 
     meta = run["metadata"]
     spec = parse_spec(run)

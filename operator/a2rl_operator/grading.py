@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from a2rl.api.benchrun import BenchRunSpec, ReportRef
+from a2rl.api.benchrun import BenchRun, BenchRunSpec, ObjectMeta, ReportRef
 from a2rl.api.benchsubmission import BenchSubmissionSpec, SubmissionState
 from a2rl.constants import (
     BASELINE_INDEX,
@@ -30,7 +30,10 @@ from a2rl.constants import (
     REASON_COMPLETED,
     REASON_DEADLINE_EXCEEDED,
 )
+from a2rl.records.run import run_json
 from a2rl.runs import parse_time
+from a2rl.scores import Scored, summarize
+from a2rl.store.layout import RunLayout
 from a2rl_operator import status as st
 
 Body = dict[str, Any]
@@ -279,23 +282,22 @@ def aggregate(subs: Sequence[Body]) -> dict[str, Any]:
     """`submissionCount`, `baselineScore`, `bestScore`, `bestSubmission`, `improvement` of a run from
     its BenchSubmissions (None: unset). Rejected submissions do not count; the baseline is index 0;
     the best is the highest score (the earliest submission wins ties)."""
-    from a2rl.runner.record import summarize
-
-    entries = []
+    scored = []
     for sub in subs:
         state = sub_state(sub)
         if state == SubmissionState.REJECTED.value:
             continue
         score = (sub.get("status") or {}).get("score") if state == SubmissionState.SUCCEEDED.value else None
-        entries.append({"index": int(sub["spec"]["index"]), "score": score})
-    summary = summarize(entries)
-    improvement = summary.improvement
+        scored.append(
+            Scored(int(sub["spec"]["index"]), float(score) if isinstance(score, int | float) else None)
+        )
+    summary = summarize(scored)
     return {
         "submissionCount": summary.submissions,
         "baselineScore": summary.baseline_score,
         "bestScore": summary.best_score,
         "bestSubmission": summary.best_submission,
-        "improvement": None if improvement is None else round(improvement, 4),
+        "improvement": summary.improvement,
     }
 
 
@@ -455,10 +457,6 @@ def cluster_run_json(
     agent_exit_code: int | None,
 ) -> dict[str, Any]:
     """run.json of a cluster run (the local runner's document, `mode: cluster`), for the report."""
-    from a2rl.api.benchrun import BenchRun, ObjectMeta
-    from a2rl.runner.record import run_json
-    from a2rl.store.layout import RunLayout
-
     meta = run["metadata"]
     status = run.get("status") or {}
     conds = status.get("conditions") or []

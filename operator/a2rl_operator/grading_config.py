@@ -25,6 +25,7 @@ from a2rl.constants import (
     ENV_SUBMIT_ALLOWANCE,
 )
 from a2rl.errors import A2rlError
+from a2rl_operator.manifests.grading_network import UrlPeerError, url_peer
 
 DEFAULT_EVAL_TIMEOUT_S = 7200
 DEFAULT_REPORT_TIMEOUT_S = 1800
@@ -68,7 +69,6 @@ class GradingConfig:
 
     def egress_problems(self) -> list[str]:
         """The forwarded service URLs the eval pods' NetworkPolicy cannot allow (host names)."""
-        from a2rl_operator.manifests.grading_network import UrlPeerError, url_peer
 
         problems = []
         for name, url in self.eval_env.items():

@@ -12,10 +12,14 @@ import functools
 import json
 from typing import Any
 
+from a2rl_grader.evaluate import write_result
+from a2rl_grader.report.metrics import REPORT_SCHEMA_VERSION
+
 from a2rl.constants import BASELINE_INDEX
 from a2rl.errors import NotFoundError
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
+from a2rl.store.open import open_store
 
 #: The report's main file (a2rl_grader.report.write.REPORT_JSON).
 REPORT_JSON = "report.json"
@@ -24,7 +28,6 @@ REPORT_JSON = "report.json"
 @functools.lru_cache(maxsize=32)
 def open_cached(uri: str) -> ObjectStore:
     """One store object per URI for the operator's lifetime (S3 clients are thread-safe)."""
-    from a2rl.store.open import open_store
 
     return open_store(uri)
 
@@ -75,7 +78,6 @@ class RunStore:
 
     def baseline_from_cache(self, cache_key: str, model_digest: str) -> dict[str, Any] | None:
         """Record a cached baseline as this run's submission 0; its result (None: not cached)."""
-        from a2rl_grader.evaluate import write_result
 
         try:
             entry = self.store.get_json(cache_key)
@@ -124,7 +126,6 @@ class RunStore:
 
     def read_report(self) -> dict[str, Any] | None:
         """report.json of the current schema (None: absent, unreadable, or another schema)."""
-        from a2rl_grader.report.metrics import REPORT_SCHEMA_VERSION
 
         try:
             data = self.store.get_json(self.report_key)

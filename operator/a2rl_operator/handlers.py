@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
+from a2rl_tasks import TASKS
 from pydantic import ValidationError
 
 from a2rl.constants import (
@@ -82,7 +83,6 @@ def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 def problem(body: Body, config: OperatorConfig) -> tuple[str, str] | None:
     """(reason, message) when the run cannot be accepted; None when it can."""
-    from a2rl_tasks import TASKS
 
     try:
         spec = parse_spec(body)

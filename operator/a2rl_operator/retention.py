@@ -14,6 +14,7 @@ from typing import Any
 
 from a2rl.constants import ENV_S3_ACCESS_KEY, ENV_S3_ENDPOINT, ENV_S3_SECRET_KEY
 from a2rl.store.layout import RunLayout
+from a2rl.store.open import open_store
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.manifests import parse_spec
 from a2rl_operator.manifests.secret import store_uri
@@ -59,7 +60,6 @@ def retention_target(run: dict[str, Any], config: OperatorConfig) -> str | None:
 def retain(run: dict[str, Any], config: OperatorConfig) -> str | None:
     """Write the final record; returns its URL, None when there is nowhere to write it.
     Raises when the store refuses or cannot be reached (the finalizer retries, bounded)."""
-    from a2rl.store.open import open_store
 
     uri = retention_target(run, config)
     if uri is None:

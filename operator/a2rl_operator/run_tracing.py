@@ -20,6 +20,7 @@ from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import TraceParent, traceparent_from_annotations
 from a2rl.tracing.setup import Tracing
 from a2rl.tracing.spans import ATTR_RUN_PREFIX
+from a2rl_operator.grading_store import open_cached
 
 Body = dict[str, Any]
 ROOT_SPAN = "benchrun"
@@ -37,8 +38,6 @@ def operator_tracing(store_uri: str | None) -> Tracing | None:
     with _LOCK:
         tracing = _TRACINGS.get(store_uri)
         if tracing is None:
-            from a2rl_operator.grading_store import open_cached
-
             tracing = _TRACINGS[store_uri] = Tracing(COMPONENT_OPERATOR, store=open_cached(store_uri))
         return tracing
 

@@ -27,6 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import kopf
+from a2rl_grader.baseline import baseline_cache_key
+from a2rl_tasks import get_task, task_class
+from a2rl_tasks.artifacts import store_prefix
+from a2rl_tasks.staging import HELDOUT
 
 from a2rl.api.benchrun import BenchRunSpec
 from a2rl.api.benchsubmission import BenchSubmissionSpec, SubmissionState
@@ -91,7 +95,6 @@ def ensure_grading_policy(
 ) -> bool:
     """Get-or-create the run's grading NetworkPolicy (before any of its eval or report pods).
     Raises UrlPeerError when a service URL the task's evaluation calls cannot be allowed."""
-    from a2rl_tasks import task_class
 
     urls = endpoint_urls(task_class(spec.task).endpoint_env, grading.run_eval_env(spec))
     return kube.ensure(grading_network_policy(run, urls, config), run["metadata"]["uid"])
@@ -133,16 +136,11 @@ def refresh_aggregate(kube: Kube, namespace: str, run_name: str) -> None:
 
 def _baseline_cache_key(task: str, model_digest: str, limit: int | None, eval_env: dict[str, str]) -> str:
     """The key the eval pod's evaluator version gives: its judge (the run's own or the operator's)."""
-    from a2rl_grader.baseline import baseline_cache_key
-    from a2rl_tasks import get_task
 
     return baseline_cache_key(get_task(task, eval_env), model_digest, limit)
 
 
 def _heldout_key(task: str, seed: int) -> str:
-    from a2rl_tasks import get_task
-    from a2rl_tasks.artifacts import store_prefix
-    from a2rl_tasks.staging import HELDOUT
 
     return f"{store_prefix(get_task(task), seed)}/{HELDOUT}"
 

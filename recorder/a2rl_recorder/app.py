@@ -24,15 +24,16 @@ from a2rl import constants as c
 from a2rl.errors import A2rlError
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
+from a2rl.store.open import open_store
 from a2rl.tracing import init_tracing
 from a2rl_recorder.config import RecorderConfig
 from a2rl_recorder.dispatch import EvaluationDispatcher, LocalDispatcher
 from a2rl_recorder.runmeta import update_run_meta
 from a2rl_recorder.server import RecorderHTTPServer
 from a2rl_recorder.service import Recorder
-from a2rl_recorder.setup import recorded_base_digest
 from a2rl_recorder.snapshots import CodeWatcher
 from a2rl_recorder.spool import SpoolingStore, default_spool_dir
+from a2rl_recorder.workspace_setup import recorded_base_digest
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,6 @@ def serve(
     on_ready: Callable[[int], None] | None = None,
 ) -> int:
     """Serve the grading API until `stop` is set (SIGTERM/SIGINT set it in the main thread)."""
-    from a2rl.store.open import open_store
 
     if not config.workspace.is_dir():
         raise A2rlError(f"workspace not found: {config.workspace}")

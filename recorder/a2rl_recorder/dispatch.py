@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from a2rl.errors import NotFoundError
+from a2rl.launch import OFFLINE_ENV, kill_group, start_a2rl
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.tracing import current_trace_env
@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 
 KILL_GRACE_S = 10.0
 # The eval process never reaches a model hub (a submission must be self-contained).
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
 class EvaluationDispatcher(Protocol):
@@ -82,10 +81,7 @@ class LocalDispatcher:
         self._lock = threading.Lock()
 
     def command(self, index: int) -> list[str]:
-        argv = [
-            self.python,
-            "-c",
-            "import sys; from a2rl.cli import main; sys.exit(main())",
+        args = [
             "eval",
             "submission",
             "--store",
@@ -102,8 +98,8 @@ class LocalDispatcher:
             self.backend,
         ]
         if self.limit is not None:
-            argv += ["--limit", str(self.limit)]
-        return argv
+            args += ["--limit", str(self.limit)]
+        return args
 
     def evaluate(self, index: int) -> dict[str, Any]:
         log_key = self.layout.log(f"eval-{index:05d}")
@@ -131,12 +127,10 @@ class LocalDispatcher:
             return None, "evaluation cancelled: the run is ending"
         with log_path.open("wb") as out:
             try:
-                proc = subprocess.Popen(
+                proc = start_a2rl(
                     self.command(index),
                     stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,  # its own process group: killable as a whole
+                    python=self.python,
                     # current_trace_env: the eval process's spans are children of "dispatch"
                     env={**os.environ, **OFFLINE_ENV, "PYTHONUNBUFFERED": "1", **current_trace_env()},
                 )
@@ -147,7 +141,7 @@ class LocalDispatcher:
             try:
                 code = proc.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
+                kill_group(proc, KILL_GRACE_S)
                 return proc.returncode, f"evaluation timed out after {self.timeout_s:.0f} s"
             finally:
                 with self._lock:
@@ -162,17 +156,4 @@ class LocalDispatcher:
         with self._lock:
             proc = self._proc
         if proc is not None:
-            _kill_group(proc)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+            kill_group(proc, KILL_GRACE_S)

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from a2rl.constants import BASELINE_INDEX
+from a2rl.scores import improvement
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import DigestCache, snapshot_tree
 from a2rl.store.layout import RunLayout
@@ -32,7 +33,7 @@ from a2rl_recorder.dispatch import EvaluationDispatcher, dispatch_record, failur
 from a2rl_recorder.runmeta import update_run_meta
 from a2rl_recorder.snapshots import CodeSnapshotter
 from a2rl_recorder.spool import SpoolingStore
-from a2rl_recorder.state import RunState, improvement
+from a2rl_recorder.state import RunState
 from a2rl_recorder.submit import SubmitRejectedError, validate_model_path
 
 log = logging.getLogger(__name__)

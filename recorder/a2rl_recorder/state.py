@@ -15,6 +15,8 @@ from typing import Any
 
 from a2rl.constants import BASELINE_INDEX
 from a2rl.errors import NotFoundError
+from a2rl.scores import Scored
+from a2rl.scores import summarize as summarize_scores
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 
@@ -38,19 +40,14 @@ class Summary:
 
 
 def summarize(records: list[SubmissionRecord]) -> Summary:
-    baseline = next((r for r in records if r.index == BASELINE_INDEX), None)
-    agent = [r for r in records if r.index != BASELINE_INDEX]
-    valid = [r for r in agent if r.score is not None and r.error is None]
-    best = max(valid, key=lambda r: (r.score, -r.index)) if valid else None
+    """Best-of-budget (`a2rl.scores`); a record with an error has no valid score."""
+    scores = summarize_scores(Scored(r.index, None if r.error is not None else r.score) for r in records)
+    by_index = {r.index: r for r in records}
     return Summary(
-        baseline_score=baseline.score if baseline is not None and baseline.error is None else None,
-        best=best,
-        total_submissions=len(agent),
+        baseline_score=scores.baseline_score,
+        best=None if scores.best_submission is None else by_index[scores.best_submission],
+        total_submissions=scores.submissions,
     )
-
-
-def improvement(score: float | None, baseline: float | None) -> float | None:
-    return None if score is None or baseline is None else round(score - baseline, 6)
 
 
 ResultSource = Callable[[int], dict[str, Any] | None]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from a2rl_grader.inference.base import InferenceBackend
+    from a2rl.inference import InferenceBackend
 
 
 @dataclass

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from a2rl import paths
+from a2rl_tasks import get_task
 from a2rl_tasks.base import StagedData, Task
 
 TRAIN = "train"
@@ -28,8 +29,6 @@ def stage_cached(task: Task | str, seed: int = 0, *, source: str | None = None) 
     reused; when two processes race, the first rename wins and the other copy is discarded.
     """
     if isinstance(task, str):
-        from a2rl_tasks import get_task
-
         task = get_task(task)
     final = cached_dir(task, seed, source)
     staged = StagedData(train_dir=final / TRAIN, heldout_dir=final / HELDOUT)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.errors import A2rlError
-from a2rl_grader.inference.base import InferenceBackend
+from a2rl.inference import InferenceBackend
 
 BACKENDS = ("auto", "transformers", "vllm")
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from a2rl_grader.inference.base import GenerationRequest, InferenceBackend
+from a2rl.inference import GenerationRequest, InferenceBackend
 from a2rl_grader.inference.loading import ModelLoadError, check_model_dir
 from a2rl_grader.inference.text import cut_at_stops
 

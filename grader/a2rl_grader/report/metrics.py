@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from a2rl.scores import SCORE_DIGITS, Scored, summarize
 from a2rl.tracing.spans import timeline
 from a2rl_grader.report.history import Revision, RunHistory, Submission
 
 REPORT_SCHEMA_VERSION = "1"
 
-SCORE_DIGITS = 6
 SECONDS_DIGITS = 3
 RATIO_DIGITS = 4
 MAX_PATHS_PER_REVISION = 20
@@ -59,12 +59,9 @@ def last_activity(history: RunHistory) -> datetime | None:
 
 
 def best_submission(subs: Sequence[Submission]) -> Submission | None:
-    """The valid submission with the highest score; the earliest one wins ties (as in the reference)."""
-    best: Submission | None = None
-    for sub in subs:
-        if sub.score is not None and (best is None or best.score is None or sub.score > best.score):
-            best = sub
-    return best
+    """The valid submission with the highest score; the earliest one wins ties (`a2rl.scores`)."""
+    best = summarize(Scored(s.index, s.score) for s in subs).best_submission
+    return next((s for s in subs if s.index == best), None)
 
 
 def first_valid(subs: Sequence[Submission]) -> Submission | None:

@@ -8,8 +8,6 @@ store Secret and a projected token of the run's ServiceAccount.
 
 from __future__ import annotations
 
-from a2rl_recorder.setup import SetupParams, setup_argv
-
 from a2rl.api.benchrun import BenchRunSpec
 from a2rl.constants import (
     ANNOTATION_DO_NOT_DISRUPT,
@@ -45,9 +43,10 @@ from a2rl.constants import (
     WS_MODELS,
     WS_OUTPUT,
 )
-from a2rl.runner.workspace import sanitize_model_name
+from a2rl.contracts.setup import SetupParams, setup_argv
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
+from a2rl.workspace import sanitize_model_name
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.manifests.common import (
     Body,

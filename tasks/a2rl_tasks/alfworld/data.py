@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.errors import A2rlError
-from a2rl_tasks.alfworld import catalog, generator
+from a2rl_tasks.alfworld import catalog, generator, prompting
 from a2rl_tasks.alfworld.engine import default_env_workers
+from a2rl_tasks.common.jsonl import write_jsonl
 
 TRAIN_FILE = "train.jsonl"
 SFT_FILE = "sft.jsonl"
@@ -328,9 +329,6 @@ def stage(
 ) -> None:
     """Write both artifacts (see the module docstring)."""
     from importlib import resources
-
-    from a2rl_tasks.alfworld import prompting
-    from a2rl_tasks.common.jsonl import write_jsonl
 
     parsed = parse_source(source)
     if isinstance(parsed, GeneratedSource):

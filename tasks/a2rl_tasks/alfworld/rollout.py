@@ -21,12 +21,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from a2rl.inference import GenerationRequest
 from a2rl_tasks.alfworld import prompting
 from a2rl_tasks.alfworld.engine import INVALID_FEEDBACK, EnvPool, initial_observation, make_pool
 from a2rl_tasks.alfworld.expert import THINK_FEEDBACK, THINK_PREFIX
 
 if TYPE_CHECKING:
-    from a2rl_grader.inference.base import InferenceBackend
+    from a2rl.inference import InferenceBackend
 
 MAX_STEPS = 50
 
@@ -97,7 +98,6 @@ def action_of(output: str) -> str:
 
 
 def generation_request() -> Any:
-    from a2rl_grader.inference.base import GenerationRequest
 
     return GenerationRequest(max_new_tokens=prompting.MAX_NEW_TOKENS, stop=(prompting.STOP,))
 

@@ -14,9 +14,10 @@ from a2rl_tasks.alfworld.engine import INVALID_FEEDBACK
 from a2rl_tasks.alfworld.rollout import MAX_STEPS, EpisodeSpec, is_think, replay, run_episodes
 from a2rl_tasks.base import EvalResult, StagedData, Task
 from a2rl_tasks.common.jsonl import read_heldout
+from a2rl_tasks.scoring import index_predictions, read_rows
 
 if TYPE_CHECKING:
-    from a2rl_grader.inference.base import InferenceBackend
+    from a2rl.inference import InferenceBackend
 
 EVALUATOR_VERSION = "alfworld-1"
 
@@ -115,7 +116,6 @@ class ALFWorldTask(Task):
     def score_prediction_files(self, predictions_path: Path, references_path: Path) -> EvalResult:
         """Offline scoring (`a2rl tasks score alfworld`): references are the held-out
         `heldout.jsonl` (or its directory); relative game paths resolve beside it."""
-        from a2rl_tasks.scoring import index_predictions, read_rows
 
         ref = references_path / data.HELDOUT_FILE if references_path.is_dir() else references_path
         references = read_rows(ref, "references")

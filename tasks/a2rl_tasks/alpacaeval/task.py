@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from a2rl.constants import ENV_JUDGE_BASE_URL
 from a2rl.errors import A2rlError
+from a2rl.inference import GenerationRequest
 from a2rl_tasks.alpacaeval import data
 from a2rl_tasks.alpacaeval.prompting import (
     JUDGE_MAX_TOKENS,
@@ -27,7 +28,7 @@ from a2rl_tasks.gsm8k.chat import render_chat
 from a2rl_tasks.judge import Judge, judge_config_from_env, judge_model_from_env, version_tag
 
 if TYPE_CHECKING:
-    from a2rl_grader.inference.base import InferenceBackend
+    from a2rl.inference import InferenceBackend
 
 TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
@@ -136,7 +137,6 @@ class AlpacaEvalTask(Task):
     def evaluate(
         self, backend: InferenceBackend, heldout_dir: Path, *, limit: int | None = None
     ) -> EvalResult:
-        from a2rl_grader.inference.base import GenerationRequest
 
         judge = self._judge()  # a missing judge configuration fails before any generation
         items = read_heldout(Path(heldout_dir) / HELDOUT_FILE, limit)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from a2rl.errors import A2rlError
+from a2rl.inference import GenerationRequest
 from a2rl_tasks.arith import data
 from a2rl_tasks.base import EvalResult, StagedData, Task
 from a2rl_tasks.common.gsm8k_scoring import score_record
@@ -14,7 +15,7 @@ from a2rl_tasks.common.jsonl import read_heldout, write_jsonl
 from a2rl_tasks.common.numbers import QUESTION_CUT
 
 if TYPE_CHECKING:
-    from a2rl_grader.inference.base import InferenceBackend
+    from a2rl.inference import InferenceBackend
 
 TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
@@ -55,7 +56,6 @@ class ArithTask(Task):
     def evaluate(
         self, backend: InferenceBackend, heldout_dir: Path, *, limit: int | None = None
     ) -> EvalResult:
-        from a2rl_grader.inference.base import GenerationRequest
 
         items = read_heldout(Path(heldout_dir) / HELDOUT_FILE, limit)
         request = GenerationRequest(max_new_tokens=MAX_NEW_TOKENS, stop=(QUESTION_CUT,))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.errors import A2rlError
+from a2rl.store.open import open_store
 
 S3_SCHEME = "s3://"
 
@@ -60,7 +61,6 @@ def validate_rows(
 @contextmanager
 def fetched_from_store(uri: str, names: Iterable[str], *, prefix: str) -> Iterator[Path]:
     """A temporary directory (removed on exit) holding the files `names` of the store at `uri`."""
-    from a2rl.store.open import open_store
 
     store = open_store(uri)
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from a2rl_tasks.deepsearchqa.react import NO_ANSWER
+from a2rl_tasks.deepsearchqa.react import NO_ANSWER, last_answer
 
 JUDGE_MAX_TOKENS = 100
 JUDGE_SYSTEM = "You are a strict answer evaluator."
@@ -80,7 +80,6 @@ def decided_without_judge(predicted: str, gold: str) -> bool | None:
 
 def extract_prediction(raw: str) -> str:
     """Offline scoring: the last `answer[...]` of a ReAct trace, else the text itself."""
-    from a2rl_tasks.deepsearchqa.react import last_answer
 
     found = last_answer(raw)
     return found if found is not None else raw.strip()

@@ -34,8 +34,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from a2rl.inference import GenerationRequest
+
 if TYPE_CHECKING:
-    from a2rl_grader.inference.base import InferenceBackend
+    from a2rl.inference import InferenceBackend
 
 MAX_STEPS = 6
 STEP_TOKENS = 256
@@ -165,7 +167,6 @@ def rollout(
     search_workers: int = 4,
 ) -> list[dict[str, Any]]:
     """Run the ReAct loop for every (problem, answer_type); one record per question, in order."""
-    from a2rl_grader.inference.base import GenerationRequest
 
     step_req = GenerationRequest(max_new_tokens=STEP_TOKENS, stop=STEP_STOPS)
     forced_req = GenerationRequest(max_new_tokens=FORCED_TOKENS, stop=FORCED_STOPS)

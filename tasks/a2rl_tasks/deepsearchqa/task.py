@@ -25,7 +25,7 @@ from a2rl_tasks.deepsearchqa.search import search_from_env, search_tag_from_env
 from a2rl_tasks.judge import Judge, judge_config_from_env, judge_model_from_env, version_tag
 
 if TYPE_CHECKING:
-    from a2rl_grader.inference.base import InferenceBackend
+    from a2rl.inference import InferenceBackend
 
 TRAIN_FILE = "train.jsonl"
 SPLIT_META_FILE = "split_meta.json"

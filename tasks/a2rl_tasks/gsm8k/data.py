@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.errors import A2rlError
+from a2rl.store.open import open_store
 from a2rl_tasks.common.numbers import GOLD_MARKER, parse_gold
 
 HF_PREFIX = "hf:"
@@ -79,7 +80,6 @@ def _from_files(train: Path, test: Path) -> tuple[Rows, Rows]:
 
 
 def _from_s3(uri: str) -> tuple[Rows, Rows]:
-    from a2rl.store.open import open_store
 
     store = open_store(uri)
     with tempfile.TemporaryDirectory(prefix="a2rl-gsm8k-") as tmp:

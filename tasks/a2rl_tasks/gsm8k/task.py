@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from a2rl.errors import A2rlError
+from a2rl.inference import GenerationRequest
 from a2rl_tasks.base import EvalResult, StagedData, Task
 from a2rl_tasks.common.gsm8k_scoring import score_record, summarise
 from a2rl_tasks.common.jsonl import read_heldout, write_jsonl
@@ -14,7 +15,7 @@ from a2rl_tasks.gsm8k.chat import render_chat
 from a2rl_tasks.gsm8k.prompting import MAX_NEW_TOKENS, STOP, chat_messages, plain_prompt
 
 if TYPE_CHECKING:
-    from a2rl_grader.inference.base import InferenceBackend
+    from a2rl.inference import InferenceBackend
 
 TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
@@ -51,7 +52,6 @@ class GSM8KTask(Task):
     def evaluate(
         self, backend: InferenceBackend, heldout_dir: Path, *, limit: int | None = None
     ) -> EvalResult:
-        from a2rl_grader.inference.base import GenerationRequest
 
         items = read_heldout(Path(heldout_dir) / HELDOUT_FILE, limit)
         prompts, mode = build_prompts(backend, [it["question"] for it in items])

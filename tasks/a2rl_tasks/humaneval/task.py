@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from a2rl.errors import A2rlError
+from a2rl.inference import GenerationRequest
 from a2rl_tasks.base import EvalResult, StagedData, Task
 from a2rl_tasks.common.jsonl import read_heldout, write_jsonl
 from a2rl_tasks.gsm8k.chat import has_chat_template
@@ -15,7 +16,7 @@ from a2rl_tasks.humaneval.scoring import score_completions
 from a2rl_tasks.sandbox import Limits
 
 if TYPE_CHECKING:
-    from a2rl_grader.inference.base import InferenceBackend
+    from a2rl.inference import InferenceBackend
 
 TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
@@ -45,7 +46,6 @@ class HumanEvalTask(Task):
     def evaluate(
         self, backend: InferenceBackend, heldout_dir: Path, *, limit: int | None = None
     ) -> EvalResult:
-        from a2rl_grader.inference.base import GenerationRequest
 
         items = self.load_heldout(heldout_dir, limit)
         if has_chat_template(backend):

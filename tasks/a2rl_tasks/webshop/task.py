@@ -6,9 +6,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from a2rl.errors import A2rlError
+from a2rl.inference import GenerationRequest
 from a2rl_tasks.base import EvalResult, StagedData, Task
 from a2rl_tasks.common.jsonl import read_jsonl
 from a2rl_tasks.gsm8k.chat import render_chat
+from a2rl_tasks.scoring import index_predictions, read_rows
 from a2rl_tasks.webshop import data, real
 from a2rl_tasks.webshop.prompting import (
     MAX_NEW_TOKENS,
@@ -22,7 +24,7 @@ from a2rl_tasks.webshop.rollout import Episode, Slot, TextEnv, run_episodes, ste
 from a2rl_tasks.webshop.sim import Goal, SimWebShopEnv, load_catalogue, load_goals
 
 if TYPE_CHECKING:
-    from a2rl_grader.inference.base import InferenceBackend
+    from a2rl.inference import InferenceBackend
 
 SUCCESS_THRESHOLD = 0.5
 
@@ -109,7 +111,6 @@ class WebShopTask(Task):
     def evaluate(
         self, backend: InferenceBackend, heldout_dir: Path, *, limit: int | None = None
     ) -> EvalResult:
-        from a2rl_grader.inference.base import GenerationRequest
 
         heldout_dir = Path(heldout_dir)
         config = data.read_env_config(heldout_dir)
@@ -157,7 +158,6 @@ class WebShopTask(Task):
         `replies` of the evaluator's details joined by newlines), replayed in the simulated shop
         against the held-out goal. References: the held-out `goals.jsonl` (its `catalogue.json`
         beside it) or the held-out directory."""
-        from a2rl_tasks.scoring import index_predictions, read_rows
 
         ref_dir = references_path if references_path.is_dir() else references_path.parent
         goals_path = references_path / data.GOALS_FILE if references_path.is_dir() else references_path

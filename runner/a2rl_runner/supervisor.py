@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from a2rl.constants import ENV_AGENT_SESSION
-from a2rl.runner import procs
+from a2rl_runner import procs
 
 EndReason = Literal["completed", "deadline_exceeded", "failed"]
 COMPLETED: EndReason = "completed"

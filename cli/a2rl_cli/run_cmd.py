@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from a2rl.runner.run import run_benchrun
+    from a2rl_runner.run import run_benchrun
 
     try:
         outcome = run_benchrun(args.file, store_uri=args.store, name=args.name, progress=not args.quiet)

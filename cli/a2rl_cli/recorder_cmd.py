@@ -48,9 +48,10 @@ def _setup(args: argparse.Namespace) -> int:
     from a2rl_recorder.app import cluster_dispatcher
     from a2rl_recorder.cluster_dispatch import ClusterDispatcher
     from a2rl_recorder.config import RecorderConfig
-    from a2rl_recorder.setup import SetupParams, setup_workspace
+    from a2rl_recorder.workspace_setup import setup_workspace
 
     from a2rl import constants as c
+    from a2rl.contracts.setup import SetupParams
     from a2rl.errors import A2rlError
     from a2rl.store.open import open_store
     from a2rl.tracing import init_tracing

@@ -1,4 +1,5 @@
-"""`a2rl` command line. Each command group lives in its own module with a `register` function.
+"""`a2rl` command line, the top layer (it may import every other package). Each command group
+lives in its own module with a `register` function.
 
 User mistakes raise `A2rlError` and are printed as one line (`a2rl: error: …`), never a traceback.
 Heavy imports (torch, transformers, kubernetes) happen inside the handlers, so `a2rl --help`
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from a2rl import __version__
 from a2rl.errors import A2rlError
 
-# Module names under a2rl.cli, in the order their commands appear in `a2rl --help`.
+# Module names under a2rl_cli, in the order their commands appear in `a2rl --help`.
 COMMAND_MODULES = (
     "run_cmd",
     "validate_cmd",
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMAND_MODULES:
-        module = importlib.import_module(f"a2rl.cli.{name}")
+        module = importlib.import_module(f"a2rl_cli.{name}")
         module.register(sub)
     return parser
 

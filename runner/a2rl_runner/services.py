@@ -1,10 +1,8 @@
-"""Helper processes of a local run: the recorder (grading API) and one-shot `a2rl` commands."""
+"""The recorder (grading API) of a local run, as a child process, and the HTTP calls the runner makes."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -16,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.errors import A2rlError
-from a2rl.runner.agent_env import a2rl_command
+from a2rl.launch import kill_group, start_a2rl
 
 HEALTH_TIMEOUT_S = 60.0
 HTTP_TIMEOUT_S = 5.0
@@ -41,7 +39,7 @@ def last_line(path: Path) -> str:
     return lines[-1].strip() if lines else ""
 
 
-class Recorder:
+class RecorderProcess:
     """`a2rl recorder serve` as a child process in its own session (Ctrl-C does not reach it)."""
 
     def __init__(self, env: Mapping[str, str], port: int, log_path: Path) -> None:
@@ -61,14 +59,7 @@ class Recorder:
     def start(self, health_timeout: float = HEALTH_TIMEOUT_S) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(
-                a2rl_command("recorder", "serve"),
-                env=self._env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            self._proc = start_a2rl(["recorder", "serve"], env=self._env, stdout=log)
         end = time.monotonic() + health_timeout
         while time.monotonic() < end:
             code = self._proc.poll()
@@ -115,32 +106,4 @@ class Recorder:
         if self._proc is None or self._proc.poll() is not None:
             return
         # The whole session: the eval process it may be running dies with it.
-        try:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            self._proc.kill()
-        self._proc.wait()
-
-
-def run_a2rl(args: list[str], *, log_path: Path, env: Mapping[str, str] | None = None) -> tuple[int, str]:
-    """Run `a2rl ARGS…` to completion: (exit code, stdout); stderr goes to `log_path`.
-
-    The child runs in its own session; if we are interrupted it is killed, not orphaned."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            a2rl_command(*args),
-            env=dict(os.environ if env is None else env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            start_new_session=True,
-        )
-        try:
-            out, _ = proc.communicate()
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
-    return proc.returncode, out.decode(errors="replace")
+        kill_group(self._proc)

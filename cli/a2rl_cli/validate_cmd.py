@@ -15,13 +15,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from a2rl_tasks import TASKS
+
     from a2rl.api.benchrun import BenchRun
     from a2rl.api.load import load_resource
 
     failed = 0
     for path in args.files:
         try:
-            obj = load_resource(path)
+            obj = load_resource(path, TASKS)
         except InvalidDocumentError as exc:
             failed += 1
             print(exc)

@@ -36,8 +36,8 @@ from a2rl.constants import (
     ENV_WORKSPACE,
 )
 from a2rl.errors import A2rlError
-from a2rl.runner.workspace import Workspace
 from a2rl.store.layout import RunLayout
+from a2rl.workspace import Workspace
 
 PYTHON_NAMES = ("python", "python3")
 # Never handed to the agent: store credentials and the runner's own configuration.
@@ -50,7 +50,7 @@ def a2rl_command(*args: str) -> list[str]:
     return [
         sys.executable,
         "-c",
-        "import sys; from a2rl.cli import main; sys.exit(main(sys.argv[1:]))",
+        "import sys; from a2rl_cli import main; sys.exit(main(sys.argv[1:]))",
         *args,
     ]
 

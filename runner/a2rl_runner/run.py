@@ -22,15 +22,26 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from a2rl_grader.report import write_report
+from a2rl_tasks import TASKS, get_task
+from a2rl_tasks.staging import stage_cached
+
 from a2rl import paths
 from a2rl.api.benchrun import BenchRun
+from a2rl.api.load import load_benchrun
 from a2rl.constants import BASELINE_INDEX, COMPONENT_RUNNER, ENV_RECORDER_DRAIN_TIMEOUT, LOCAL_NAMESPACE
+from a2rl.contracts import env as envs
 from a2rl.errors import A2rlError
-from a2rl.runner import agent_env as envs
-from a2rl.runner.record import ScoreSummary, fmt_score, progress_line, run_json, summarize, summary_lines
-from a2rl.runner.services import Recorder, free_port, last_line, run_a2rl
-from a2rl.runner.supervisor import FAILED, AgentLaunch, AgentOutcome, AgentSupervisor
-from a2rl.runner.workspace import (
+from a2rl.launch import run_a2rl
+from a2rl.models.resolve import resolve_base_model
+from a2rl.records.run import run_json
+from a2rl.scores import ScoreSummary
+from a2rl.store.base import ObjectStore
+from a2rl.store.cas import hash_tree
+from a2rl.store.layout import RunLayout
+from a2rl.store.open import open_store
+from a2rl.tracing import ATTR_SUBMISSION_INDEX, Tracing, current_trace_env, installed, merge_traces, span
+from a2rl.workspace import (
     Workspace,
     create_workspace,
     render_instructions,
@@ -38,9 +49,9 @@ from a2rl.runner.workspace import (
     sanitize_model_name,
     update_run_meta,
 )
-from a2rl.store.base import ObjectStore
-from a2rl.store.layout import RunLayout
-from a2rl.tracing import ATTR_SUBMISSION_INDEX, Tracing, current_trace_env, installed, merge_traces, span
+from a2rl_runner.printing import fmt_score, progress_line, summarize, summary_lines
+from a2rl_runner.services import RecorderProcess, free_port, last_line
+from a2rl_runner.supervisor import FAILED, AgentLaunch, AgentOutcome, AgentSupervisor
 
 PROGRESS_EVERY_S = 10.0
 #: The recorder bounds its own drain of in-flight evaluations (A2RL_RECORDER_DRAIN_TIMEOUT, default
@@ -132,9 +143,8 @@ def run_benchrun(
 def load(path_or_model: str | Path | BenchRun) -> BenchRun:
     if isinstance(path_or_model, BenchRun):
         return path_or_model
-    from a2rl.api.load import load_benchrun
 
-    return load_benchrun(Path(path_or_model))
+    return load_benchrun(Path(path_or_model), TASKS)
 
 
 def check_run_name(name: str) -> str:
@@ -147,7 +157,6 @@ def check_run_name(name: str) -> str:
 
 def open_writable_store(uri: str | None) -> ObjectStore:
     """The store at `uri`, checked writable with a probe object."""
-    from a2rl.store.open import open_store
 
     shown = uri or paths.default_store_uri()
     try:
@@ -171,11 +180,6 @@ def open_writable_store(uri: str | None) -> ObjectStore:
 def prepare(
     run: BenchRun, *, store_uri: str | None, name: str | None, say: Callable[[str], None]
 ) -> _Prepared:
-    from a2rl_tasks import get_task
-    from a2rl_tasks.staging import stage_cached
-
-    from a2rl.models.resolve import resolve_base_model
-    from a2rl.store.cas import hash_tree
 
     spec = run.spec
     run_name = check_run_name(name or run.metadata.name)
@@ -246,7 +250,8 @@ def _baseline(prep: _Prepared, say: Callable[[str], None]) -> dict[str, Any]:
         args += ["--limit", str(spec.evaluation.limit)]
     say("[a2rl] scoring the base model (submission 0; cached across runs)")
     log = prep.logs_dir / "baseline.log"
-    code, out = run_a2rl(args, log_path=log, env={**envs.eval_environ(spec), **current_trace_env()})
+    done = run_a2rl(args, log_path=log, env={**envs.eval_environ(spec), **current_trace_env()})
+    code, out = done.returncode, done.stdout
     if code != 0:
         detail = last_line(log)
         raise A2rlError(
@@ -286,7 +291,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
     start = time.time()  # the agent's clock: recorder start-up counts against the budget
     update_run_meta(ws, start_time=start, timeout_s=budget)
     _write_run_json(prep, started_at=start)
-    recorder = Recorder(
+    recorder = RecorderProcess(
         envs.recorder_env(
             spec=spec,
             store_uri=prep.store.uri,
@@ -389,7 +394,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
 
 
 def _ticker(
-    recorder: Recorder, start: float, budget: int, say: Callable[[str], None]
+    recorder: RecorderProcess, start: float, budget: int, say: Callable[[str], None]
 ) -> Callable[[float, float], None]:
     def tick(_elapsed: float, remaining: float) -> None:
         if remaining < 1.0:  # the deadline itself is reported by the next line
@@ -402,7 +407,7 @@ def _ticker(
     return tick
 
 
-def _stop_recorder(recorder: Recorder, say: Callable[[str], None]) -> None:
+def _stop_recorder(recorder: RecorderProcess, say: Callable[[str], None]) -> None:
     if recorder.pid is None:
         return
     say("[a2rl] stopping the grading server (finishing in-flight evaluations)")
@@ -446,11 +451,6 @@ def _upload_logs(prep: _Prepared) -> None:
 
 
 def _report(prep: _Prepared, say: Callable[[str], None]) -> tuple[dict[str, Any] | None, str | None]:
-    try:
-        from a2rl_grader.report import write_report
-    except ImportError:
-        say("[a2rl] warning: the report module is not available; no report written")
-        return None, None
     say("[a2rl] writing the report")
     try:
         report = write_report(prep.store, prep.layout)

@@ -2,7 +2,7 @@
 
 The first init container of the workspace pod runs it, with the recorder's image, environment
 and credentials (it runs before the recorder sidecar, and long before the agent). It does in the
-pod what `a2rl run` does on one machine (`a2rl.runner.run.prepare`):
+pod what `a2rl run` does on one machine (`a2rl_runner.run.prepare`):
 
 1. resolve the base model (`spec.baseModel.source`: `builtin:tiny`, a directory in the image or a
    mounted volume, or `store:<name>` pushed to the store with `a2rl models push`; nothing is
@@ -21,40 +21,27 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from a2rl_grader.baseline import baseline_manifest
+from a2rl_tasks import get_task
+from a2rl_tasks.artifacts import fetch_artifact, store_prefix
+from a2rl_tasks.staging import TRAIN
+
 from a2rl.constants import BASELINE_INDEX
+from a2rl.contracts.setup import SetupParams
 from a2rl.errors import A2rlError, NotFoundError
+from a2rl.models.library import source_layouts
+from a2rl.models.resolve import resolve_base_model
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import snapshot_tree
 from a2rl.store.layout import RunLayout
 from a2rl.tracing import ATTR_SUBMISSION_INDEX, span
+from a2rl.workspace import create_workspace, render_instructions, run_meta, sanitize_model_name
 from a2rl_recorder.config import RecorderConfig
 
 Say = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class SetupParams:
-    """What the workspace needs from the BenchRun spec beyond the recorder's environment."""
-
-    base_model_source: str
-    base_model_name: str
-    seed: int
-    grace_s: int
-
-
-def setup_argv(params: SetupParams) -> list[str]:
-    """The container command (`a2rl recorder setup …`) for `params`; parsed back by the CLI."""
-    return [
-        "a2rl", "recorder", "setup",
-        "--base-model-source", params.base_model_source,
-        "--base-model-name", params.base_model_name,
-        "--seed", str(params.seed),
-        "--grace-seconds", str(params.grace_s),
-    ]  # fmt: skip
 
 
 def recorded_base_digest(store: ObjectStore, layout: RunLayout) -> str | None:
@@ -69,8 +56,6 @@ def recorded_base_digest(store: ObjectStore, layout: RunLayout) -> str | None:
 
 def fetch_train_data(store: ObjectStore, task: Any, seed: int, dest: Path) -> dict[str, Any]:
     """Download and verify the task's staged train artifact into `dest`."""
-    from a2rl_tasks.artifacts import fetch_artifact, store_prefix
-    from a2rl_tasks.staging import TRAIN
 
     prefix = f"{store_prefix(task, seed)}/{TRAIN}"
     try:
@@ -91,12 +76,6 @@ def setup_workspace(
     say: Say = print,
 ) -> dict[str, Any]:
     """Prepare `config.workspace` and record the baseline submission; returns its manifest."""
-    from a2rl_grader.baseline import baseline_manifest
-    from a2rl_tasks import get_task
-
-    from a2rl.models.library import source_layouts
-    from a2rl.models.resolve import resolve_base_model
-    from a2rl.runner.workspace import create_workspace, render_instructions, run_meta, sanitize_model_name
 
     task = get_task(config.task)
     layout = RunLayout.from_prefix(config.run_prefix)

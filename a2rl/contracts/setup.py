@@ -1,0 +1,30 @@
+"""The set-up container's contract: what the operator passes to `a2rl recorder setup`.
+
+The operator builds the command (`setup_argv`); the CLI parses it back into the same fields and
+`a2rl_recorder.workspace_setup` acts on them. One definition keeps the two sides in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SetupParams:
+    """What the workspace needs from the BenchRun spec beyond the recorder's environment."""
+
+    base_model_source: str
+    base_model_name: str
+    seed: int
+    grace_s: int
+
+
+def setup_argv(params: SetupParams) -> list[str]:
+    """The container command (`a2rl recorder setup …`) for `params`; parsed back by the CLI."""
+    return [
+        "a2rl", "recorder", "setup",
+        "--base-model-source", params.base_model_source,
+        "--base-model-name", params.base_model_name,
+        "--seed", str(params.seed),
+        "--grace-seconds", str(params.grace_s),
+    ]  # fmt: skip
