@@ -1,16 +1,20 @@
-"""The agent's workspace on local disk (design §2): code/, output/, models/<base>/, data/, docs.
+"""The agent's workspace (design §2): code/, output/, models/<base>/, data/, docs, run_meta.json.
 
-Base model and train split are *copies* made read-only, so an agent can neither corrupt the
-shared caches nor the baseline. The held-out split is never copied here.
+One builder (`build_workspace`) for the local runner and the cluster set-up container, and one
+writer of `run_meta.json` (`write_run_meta`, `update_run_meta`) for the builder, the local runner
+and the recorder. Base model and train split are *copies* made read-only, so an agent can
+neither corrupt the shared caches nor the baseline. The held-out split is never copied here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,8 +43,15 @@ def sanitize_model_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class Workspace:
+    """The paths of a workspace rooted at `root`: a local directory, or the pod's mount path."""
+
     root: Path
     base_name: str
+
+    @classmethod
+    def for_base_model(cls, root: Path, base_model_name: str) -> Workspace:
+        """The workspace at `root` holding the base model `base_model_name` (sanitized)."""
+        return cls(root=root, base_name=sanitize_model_name(base_model_name))
 
     @property
     def code_dir(self) -> Path:
@@ -63,6 +74,14 @@ class Workspace:
         return self.root / WS_RUN_META
 
 
+# --- run_meta.json: the agent's copy of the clock ---------------------------------------------------
+# The agent can write this file, so nothing reads scores or times back from it. Three processes
+# write it through the two functions below: the workspace builder (local runner, cluster set-up
+# container), the local runner (start and end of the clock) and the recorder (start of the clock,
+# `last_submit_time`).
+RUN_META_MODE = 0o644
+
+
 def run_meta(
     start_time: float | None,
     timeout_s: int,
@@ -71,34 +90,46 @@ def run_meta(
     end_time: float | None = None,
 ) -> dict[str, Any]:
     """`run_meta.json` as the reference writes it (integer unix seconds)."""
-
-    def _i(t: float | None) -> int | None:
-        return None if t is None else int(t)
-
     return {
-        "start_time": _i(start_time),
+        "start_time": _seconds(start_time),
         "timeout_s": int(timeout_s),
-        "last_submit_time": _i(last_submit_time),
-        "end_time": _i(end_time),
+        "last_submit_time": _seconds(last_submit_time),
+        "end_time": _seconds(end_time),
     }
 
 
-def write_run_meta(ws: Workspace, meta: dict[str, Any]) -> None:
-    tmp = ws.run_meta.with_suffix(".tmp")
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-    tmp.replace(ws.run_meta)
+def _seconds(t: float | None) -> int | None:
+    return None if t is None else int(t)
 
 
-def update_run_meta(ws: Workspace, **fields: Any) -> None:
-    """Merge `fields` into run_meta.json (keeps what the recorder wrote, e.g. last_submit_time)."""
+def write_run_meta(workspace: Path, meta: dict[str, Any]) -> None:
+    """Replace `<workspace>/run_meta.json` atomically (a temporary file in the same directory, then
+    `os.replace`): a reader, the agent included, sees the old file or the new one, never a part."""
+    path = workspace / WS_RUN_META
+    fd, tmp = tempfile.mkstemp(prefix=f".{WS_RUN_META}.", dir=workspace)
     try:
-        meta = json.loads(ws.run_meta.read_text())
-        if not isinstance(meta, dict):
-            meta = {}
-    except (OSError, ValueError):
-        meta = {}
-    meta.update({k: (None if v is None else int(v)) for k, v in fields.items()})
-    write_run_meta(ws, meta)
+        with os.fdopen(fd, "w") as f:
+            json.dump(meta, f, indent=2)
+            f.write("\n")
+        os.chmod(tmp, RUN_META_MODE)  # mkstemp creates 0o600
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def update_run_meta(workspace: Path, **times: float | None) -> None:
+    """Merge `times` (as integer seconds) into `<workspace>/run_meta.json`, keeping every other field
+    (what another process wrote, e.g. the recorder's `last_submit_time`). A missing or unreadable
+    file (the agent may overwrite it) is started afresh."""
+    meta: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        loaded = json.loads((workspace / WS_RUN_META).read_text())
+        if isinstance(loaded, dict):
+            meta = loaded
+    meta.update({k: _seconds(v) for k, v in times.items()})
+    write_run_meta(workspace, meta)
 
 
 def make_read_only(path: Path) -> None:
@@ -166,7 +197,7 @@ def create_workspace(
             )
     elif root.exists():
         raise A2rlError(f"workspace already exists: {root}")
-    ws = Workspace(root=root, base_name=sanitize_model_name(base_model_name))
+    ws = Workspace.for_base_model(root, base_model_name)
     root.mkdir(parents=True, exist_ok=into_empty_mount)
     ws.code_dir.mkdir()
     ws.output_dir.mkdir()
@@ -179,8 +210,57 @@ def create_workspace(
     make_read_only(ws.data_dir)
     (root / WS_DESCRIPTION).write_text(description)
     (root / WS_INSTRUCTIONS).write_text(instructions)
-    write_run_meta(ws, meta)
+    write_run_meta(root, meta)
     return ws
+
+
+@dataclass(frozen=True)
+class WorkspaceRules:
+    """What `instructions.md` and `run_meta.json` tell the agent (the same in local and cluster
+    mode): the task, the base model, the budget and the submission cap."""
+
+    task: str
+    base_model: str
+    budget_s: int
+    grace_s: int
+    max_submissions: int | None
+
+
+def build_workspace(
+    root: Path,
+    rules: WorkspaceRules,
+    *,
+    description: str,
+    model_dir: Path,
+    train_dir: Path,
+    heldout_dir: Path | None = None,
+    into_empty_mount: bool = False,
+) -> Workspace:
+    """The one workspace builder, used by the local runner and the cluster set-up container.
+
+    From a resolved base model directory and the train split: the workspace tree (read-only
+    copies of both), `description.md`, `instructions.md` rendered from `rules`, and
+    `run_meta.json` with the budget but no clock yet (whoever starts the agent's clock sets
+    `start_time`). `heldout_dir`, when the caller has one, is only checked not to overlap the
+    train split; `into_empty_mount` as in `create_workspace`."""
+    return create_workspace(
+        root,
+        model_src=model_dir,
+        base_model_name=rules.base_model,
+        train_dir=train_dir,
+        heldout_dir=heldout_dir,
+        description=description,
+        instructions=render_instructions(
+            task=rules.task,
+            base_model=rules.base_model,
+            base_name=sanitize_model_name(rules.base_model),
+            budget_s=rules.budget_s,
+            grace_s=rules.grace_s,
+            max_submissions=rules.max_submissions,
+        ),
+        meta=run_meta(None, rules.budget_s),
+        into_empty_mount=into_empty_mount,
+    )
 
 
 def _duration(seconds: int) -> str:

@@ -140,12 +140,12 @@ def test_remove_workspace_undoes_read_only(tmp_path: Path) -> None:
 
 
 def test_update_run_meta_keeps_other_fields(tmp_path: Path) -> None:
-    root, ws = _create(tmp_path)
+    root, _ = _create(tmp_path)
     meta_path = root / "run_meta.json"
     meta = json.loads(meta_path.read_text())
     meta["last_submit_time"] = 1700000100
     meta_path.write_text(json.dumps(meta))
-    update_run_meta(ws, end_time=1700000200.7)  # type: ignore[arg-type]
+    update_run_meta(root, end_time=1700000200.7)
     assert json.loads(meta_path.read_text()) == {
         "start_time": None,
         "timeout_s": 300,

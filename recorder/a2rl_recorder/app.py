@@ -26,9 +26,9 @@ from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.store.open import open_store
 from a2rl.tracing import init_tracing
+from a2rl.workspace import update_run_meta
 from a2rl_recorder.config import RecorderConfig
 from a2rl_recorder.dispatch import EvaluationDispatcher, LocalDispatcher
-from a2rl_recorder.runmeta import update_run_meta
 from a2rl_recorder.server import RecorderHTTPServer
 from a2rl_recorder.service import Recorder
 from a2rl_recorder.snapshots import CodeWatcher
@@ -99,7 +99,7 @@ def serve(
         config = dataclasses.replace(config, base_model_digest=_recorded_base_digest(store, config))
     try:
         # The agent's clock starts now (the local runner wrote the same values before starting us).
-        update_run_meta(config.workspace, start_time=int(config.run_start), timeout_s=int(config.timeout_s))
+        update_run_meta(config.workspace, start_time=config.run_start, timeout_s=config.timeout_s)
     except OSError as exc:
         log.warning("could not write run_meta.json in the workspace: %s", exc)
     # Spans go straight to the store (the exporter keeps and retries them), not through the spool.

@@ -28,9 +28,9 @@ from a2rl.store.base import ObjectStore
 from a2rl.store.cas import DigestCache, snapshot_tree
 from a2rl.store.layout import RunLayout
 from a2rl.tracing import ATTR_SUBMISSION_INDEX, annotate, span
+from a2rl.workspace import update_run_meta
 from a2rl_recorder.config import RecorderConfig
 from a2rl_recorder.dispatch import EvaluationDispatcher, dispatch_record, failure_result
-from a2rl_recorder.runmeta import update_run_meta
 from a2rl_recorder.snapshots import CodeSnapshotter
 from a2rl_recorder.spool import SpoolingStore
 from a2rl_recorder.state import RunState
@@ -225,7 +225,7 @@ class Recorder:
             mark = self._spool_mark()
         self._last_submit_time = submitted
         try:
-            update_run_meta(self.config.workspace, last_submit_time=int(submitted))
+            update_run_meta(self.config.workspace, last_submit_time=submitted)
         except OSError:
             log.warning("could not update run_meta.json in the workspace")
         log.info("submission %d: %s (%s)", index, candidate.rel_path, model.digest[:12])

@@ -9,7 +9,8 @@ pod what `a2rl run` does on one machine (`a2rl_runner.run.prepare`):
    fetched from a model hub);
 2. fetch the task's *train* artifact from the store (staged by `a2rl data stage TASK --seed S
    --store URI`) and verify every checksum — the held-out artifact is never fetched here;
-3. write the workspace: `models/<name>/` and `data/` read-only, `code/`, `output/`,
+3. write the workspace with the local runner's builder (`a2rl.workspace.build_workspace`) into
+   the empty volume: `models/<name>/` and `data/` read-only, `code/`, `output/`,
    `description.md`, `instructions.md`, `run_meta.json` (the recorder sets the clock when it
    starts);
 4. snapshot the base model into the store (content-addressed) and record it as submission 0;
@@ -38,7 +39,7 @@ from a2rl.store.base import ObjectStore
 from a2rl.store.cas import snapshot_tree
 from a2rl.store.layout import RunLayout
 from a2rl.tracing import ATTR_SUBMISSION_INDEX, span
-from a2rl.workspace import create_workspace, render_instructions, run_meta, sanitize_model_name
+from a2rl.workspace import WorkspaceRules, build_workspace, sanitize_model_name
 from a2rl_recorder.config import RecorderConfig
 
 Say = Callable[[str], None]
@@ -89,22 +90,18 @@ def setup_workspace(
             train = fetch_train_data(store, task, params.seed, Path(tmp) / "train")
         say(f"[a2rl-setup] {len(train['files'])} train file(s) verified (digest {train['digest'][:12]})")
         with span("workspace_setup"):
-            create_workspace(
+            build_workspace(
                 config.workspace,
-                model_src=model_dir,
-                base_model_name=params.base_model_name,
-                train_dir=Path(tmp) / "train",
-                heldout_dir=None,
-                description=task.description(),
-                instructions=render_instructions(
+                WorkspaceRules(
                     task=task.name,
                     base_model=params.base_model_name,
-                    base_name=base_name,
                     budget_s=int(config.timeout_s),
                     grace_s=params.grace_s,
                     max_submissions=config.max_submissions,
                 ),
-                meta=run_meta(None, int(config.timeout_s)),
+                description=task.description(),
+                model_dir=model_dir,
+                train_dir=Path(tmp) / "train",
                 into_empty_mount=True,
             )
     say(f"[a2rl-setup] workspace {config.workspace} written")

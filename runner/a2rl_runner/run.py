@@ -43,9 +43,8 @@ from a2rl.store.open import open_store
 from a2rl.tracing import ATTR_SUBMISSION_INDEX, Tracing, current_trace_env, installed, merge_traces, span
 from a2rl.workspace import (
     Workspace,
-    create_workspace,
-    render_instructions,
-    run_meta,
+    WorkspaceRules,
+    build_workspace,
     sanitize_model_name,
     update_run_meta,
 )
@@ -213,22 +212,19 @@ def prepare(
         prep.baseline = _baseline(prep, say)
     root = paths.workspaces_dir() / f"{run_name}-{uid}"
     with span("workspace_setup"):
-        prep.workspace = create_workspace(
+        prep.workspace = build_workspace(
             root,
-            model_src=model_dir,
-            base_model_name=spec.base_model.name,
-            train_dir=staged.train_dir,
-            heldout_dir=staged.heldout_dir,
-            description=task.description(),
-            instructions=render_instructions(
+            WorkspaceRules(
                 task=task.name,
                 base_model=spec.base_model.name,
-                base_name=sanitize_model_name(spec.base_model.name),
                 budget_s=spec.budget.wall_time_seconds,
                 grace_s=spec.budget.grace_seconds,
                 max_submissions=spec.budget.max_submissions,
             ),
-            meta=run_meta(None, spec.budget.wall_time_seconds),
+            description=task.description(),
+            model_dir=model_dir,
+            train_dir=staged.train_dir,
+            heldout_dir=staged.heldout_dir,
         )
     say(f"[a2rl] workspace {root}")
     return prep
@@ -289,7 +285,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
     grading_url = f"http://127.0.0.1:{port}"
 
     start = time.time()  # the agent's clock: recorder start-up counts against the budget
-    update_run_meta(ws, start_time=start, timeout_s=budget)
+    update_run_meta(ws.root, start_time=start, timeout_s=budget)
     _write_run_json(prep, started_at=start)
     recorder = RecorderProcess(
         envs.recorder_env(
@@ -352,7 +348,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         # Whatever went wrong above, no process of this run outlives it.
         supervisor.stop(0)
         recorder.kill()
-    update_run_meta(ws, end_time=ended)
+    update_run_meta(ws.root, end_time=ended)
     _write_run_json(
         prep,
         started_at=start,
