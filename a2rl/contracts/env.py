@@ -1,4 +1,12 @@
-"""Environments and command lines of the processes the local runner starts (pure functions)."""
+"""Environments and command lines of a run's processes (pure functions).
+
+The contract variables are defined once here and used by both modes: `agent_contract_env` (what
+every agent gets, design §2) and `recorder_contract_env` (the recorder's run configuration). The
+local runner passes a `Workspace` on local disk; the operator passes the pod's mount paths
+(`Workspace.for_base_model(Path(WORKSPACE_MOUNT), …)`) and turns the dicts into Kubernetes env
+lists, adding what only a pod has (secretKeyRefs, dispatch, spool). The rest (`agent_env`,
+`recorder_env`, `eval_environ`, argv helpers) is the local runner's.
+"""
 
 from __future__ import annotations
 
@@ -43,6 +51,8 @@ PYTHON_NAMES = ("python", "python3")
 # Never handed to the agent: store credentials and the runner's own configuration.
 _PRIVATE_ENV_PREFIXES = ("A2RL_", "AWS_")
 _PRIVATE_ENV = (ENV_S3_ENDPOINT, ENV_S3_ACCESS_KEY, ENV_S3_SECRET_KEY, "AWS_SESSION_TOKEN")
+# Recorder variables set only when the run sets them (`recorder_contract_env`).
+_OPTIONAL_RECORDER_ENV = (ENV_MAX_SUBMISSIONS, ENV_EVAL_LIMIT)
 
 
 def a2rl_command(*args: str) -> list[str]:
@@ -83,6 +93,7 @@ def agent_base_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def agent_contract_env(spec: BenchRunSpec, ws: Workspace, grading_url: str) -> dict[str, str]:
+    """The agent contract's variables: task, base model, workspace paths, grading URL, seed."""
     return {
         ENV_TASK: spec.task,
         ENV_BASE_MODEL: spec.base_model.name,
@@ -132,36 +143,47 @@ def recorder_env(
     heldout_dir: Path,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Configuration of `a2rl recorder serve` (schemas: "Recorder configuration by environment").
+    """Configuration of the local `a2rl recorder serve`: the contract (`recorder_contract_env`) plus
+    the store, the clock's start, the base model's digest and the held-out split.
 
     The recorder's eval processes inherit it, so the run's own judge (`spec.evaluation.judge`)
     overrides the runner's `A2RL_JUDGE_*` here; the agent never sees either (`agent_base_env`).
     """
     env = eval_environ(spec, environ)
+    for optional in _OPTIONAL_RECORDER_ENV:  # unset in the run: no inherited value either
+        env.pop(optional, None)
+    env.update(recorder_contract_env(spec=spec, layout=layout, workspace=ws.root, port=port))
     env.update(
         {
             ENV_STORE_URI: store_uri,
-            ENV_RUN_PREFIX: layout.prefix,
-            ENV_RUN_NAME: layout.name,
-            ENV_RUN_NAMESPACE: layout.namespace,
-            ENV_RUN_UID: layout.uid,
-            ENV_WORKSPACE: str(ws.root),
-            ENV_TASK: spec.task,
-            ENV_RECORDER_PORT: str(port),
             ENV_RUN_START: f"{start_epoch:.3f}",
-            ENV_RUN_TIMEOUT: str(spec.budget.wall_time_seconds),
             ENV_BASE_MODEL_DIGEST: base_model_digest,
             ENV_HELDOUT_PATH: str(heldout_dir),
-            ENV_EVAL_BACKEND: spec.evaluation.backend,
             "PYTHONUNBUFFERED": "1",
         }
     )
-    for key, value in (
-        (ENV_MAX_SUBMISSIONS, spec.budget.max_submissions),
-        (ENV_EVAL_LIMIT, spec.evaluation.limit),
-    ):
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = str(value)
+    return env
+
+
+def recorder_contract_env(
+    *, spec: BenchRunSpec, layout: RunLayout, workspace: Path, port: int
+) -> dict[str, str]:
+    """The run's configuration of the recorder, the same in both modes: run identity, workspace,
+    task, port, budget, evaluation backend, and the submission cap and evaluation limit when the
+    run sets them (schemas: "Recorder configuration by environment")."""
+    env = {
+        ENV_RUN_PREFIX: layout.prefix,
+        ENV_RUN_NAME: layout.name,
+        ENV_RUN_NAMESPACE: layout.namespace,
+        ENV_RUN_UID: layout.uid,
+        ENV_WORKSPACE: str(workspace),
+        ENV_TASK: spec.task,
+        ENV_RECORDER_PORT: str(port),
+        ENV_RUN_TIMEOUT: str(spec.budget.wall_time_seconds),
+        ENV_EVAL_BACKEND: spec.evaluation.backend,
+    }
+    if spec.budget.max_submissions is not None:
+        env[ENV_MAX_SUBMISSIONS] = str(spec.budget.max_submissions)
+    if spec.evaluation.limit is not None:
+        env[ENV_EVAL_LIMIT] = str(spec.evaluation.limit)
     return env

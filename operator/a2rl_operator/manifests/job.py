@@ -8,45 +8,28 @@ store Secret and a projected token of the run's ServiceAccount.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from a2rl.api.benchrun import BenchRunSpec
 from a2rl.constants import (
     ANNOTATION_DO_NOT_DISRUPT,
     COMPONENT_AGENT,
     DEFAULT_RECORDER_PORT,
     DISPATCH_CLUSTER,
-    ENV_BASE_MODEL,
     ENV_CACHE_DIR,
-    ENV_DATA_PATH,
     ENV_DRIVER_MODEL,
-    ENV_EVAL_BACKEND,
-    ENV_EVAL_LIMIT,
-    ENV_GRADING_SERVER_URL,
-    ENV_MAX_SUBMISSIONS,
-    ENV_MODEL_PATH,
     ENV_OPENAI_API_KEY,
     ENV_OPENAI_BASE_URL,
-    ENV_OUTPUT_DIR,
     ENV_RECORDER_DISPATCH,
-    ENV_RECORDER_PORT,
-    ENV_RUN_NAME,
-    ENV_RUN_NAMESPACE,
-    ENV_RUN_PREFIX,
-    ENV_RUN_TIMEOUT,
-    ENV_RUN_UID,
-    ENV_SEED,
     ENV_SPOOL_DIR,
-    ENV_TASK,
-    ENV_WORKSPACE,
     LABEL_KUEUE_QUEUE,
     WORKSPACE_MOUNT,
-    WS_DATA,
-    WS_MODELS,
-    WS_OUTPUT,
 )
+from a2rl.contracts.env import agent_contract_env, recorder_contract_env
 from a2rl.contracts.setup import SetupParams, setup_argv
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
-from a2rl.workspace import sanitize_model_name
+from a2rl.workspace import Workspace
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.manifests.common import (
     Body,
@@ -96,21 +79,14 @@ def _env(pairs: dict[str, str]) -> list[Manifest]:
     return [{"name": k, "value": v} for k, v in pairs.items()]
 
 
+def pod_workspace(spec: BenchRunSpec) -> Workspace:
+    """The workspace's paths as the pod's containers see them (the volume at `WORKSPACE_MOUNT`)."""
+    return Workspace.for_base_model(Path(WORKSPACE_MOUNT), spec.base_model.name)
+
+
 def agent_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
     """The agent-facing contract (design §2), then the driver, then the user's extra variables."""
-    model_dir = f"{WORKSPACE_MOUNT}/{WS_MODELS}/{sanitize_model_name(spec.base_model.name)}"
-    env = _env(
-        {
-            ENV_TASK: spec.task,
-            ENV_BASE_MODEL: spec.base_model.name,
-            ENV_WORKSPACE: WORKSPACE_MOUNT,
-            ENV_MODEL_PATH: model_dir,
-            ENV_DATA_PATH: f"{WORKSPACE_MOUNT}/{WS_DATA}",
-            ENV_OUTPUT_DIR: f"{WORKSPACE_MOUNT}/{WS_OUTPUT}",
-            ENV_GRADING_SERVER_URL: GRADING_URL,
-            ENV_SEED: str(spec.seed),
-        }
-    )
+    env = _env(agent_contract_env(spec, pod_workspace(spec), GRADING_URL))
     if spec.driver is not None:
         env += _env({ENV_DRIVER_MODEL: spec.driver.model})
         if spec.driver.base_url:
@@ -124,24 +100,15 @@ def agent_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
 
 
 def recorder_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
+    """The recorder's contract (as in local mode), then what only a pod has: cluster dispatch, the
+    spool volume, the run's trace context."""
     meta = body["metadata"]
-    values = {
-        ENV_RUN_PREFIX: RunLayout(meta["namespace"], meta["name"], meta["uid"]).prefix,
-        ENV_RUN_NAME: meta["name"],
-        ENV_RUN_NAMESPACE: meta["namespace"],
-        ENV_RUN_UID: meta["uid"],
-        ENV_WORKSPACE: WORKSPACE_MOUNT,
-        ENV_TASK: spec.task,
-        ENV_RECORDER_PORT: str(DEFAULT_RECORDER_PORT),
-        ENV_RUN_TIMEOUT: str(spec.budget.wall_time_seconds),
-        ENV_EVAL_BACKEND: spec.evaluation.backend,
-        ENV_RECORDER_DISPATCH: DISPATCH_CLUSTER,  # submissions become BenchSubmissions
-        ENV_SPOOL_DIR: SPOOL_MOUNT,
-    }
-    if spec.budget.max_submissions is not None:
-        values[ENV_MAX_SUBMISSIONS] = str(spec.budget.max_submissions)
-    if spec.evaluation.limit is not None:
-        values[ENV_EVAL_LIMIT] = str(spec.evaluation.limit)
+    layout = RunLayout(meta["namespace"], meta["name"], meta["uid"])
+    values = recorder_contract_env(
+        spec=spec, layout=layout, workspace=Path(WORKSPACE_MOUNT), port=DEFAULT_RECORDER_PORT
+    )
+    values[ENV_RECORDER_DISPATCH] = DISPATCH_CLUSTER  # submissions become BenchSubmissions
+    values[ENV_SPOOL_DIR] = SPOOL_MOUNT
     # The run's trace context goes to the recorder only: the agent never sees it (as in local mode).
     return _env(values) + pod_trace_env(meta.get("annotations"))
 
