@@ -13,7 +13,7 @@ BENCHSUBMISSION_KIND: Final = "BenchSubmission"
 BENCHSUBMISSION_PLURAL: Final = "benchsubmissions"
 BENCHSUBMISSION_SHORT_NAMES: Final = ("bsub",)
 
-# --- labels and annotations (anchors §5.4) -------------------------------------------------
+# --- labels and annotations (Kubernetes recommended labels; docs/operator.md) ------------------
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"
@@ -40,7 +40,7 @@ COMPONENT_SETUP: Final = "setup"  # the workspace pod's first init container (`a
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 
-# --- conditions (design §3: conditions, not a phase machine) --------------------------------
+# --- conditions (conditions, not a phase machine: docs/api.md) ---------------------------------
 COND_ACCEPTED: Final = "Accepted"
 COND_QUEUED: Final = "Queued"
 COND_ADMITTED: Final = "Admitted"
@@ -58,7 +58,7 @@ REASON_COMPLETED: Final = "Completed"
 REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 REASON_AGENT_FAILED: Final = "Failed"
 
-# --- the agent-facing environment contract (design §2; names fixed by the reference) -------
+# --- the agent-facing environment contract (names fixed by the reference: docs/agents.md) ------
 ENV_TASK: Final = "TASK"
 ENV_BASE_MODEL: Final = "BASE_MODEL"
 ENV_WORKSPACE: Final = "WORKSPACE"
@@ -76,7 +76,7 @@ AGENT_CONTRACT_ENV: Final = (
     ENV_GRADING_SERVER_URL,
 )
 
-# --- internal configuration of recorder / grader processes ----------------------------------
+# --- internal configuration of recorder / grader processes -------------------------------------
 ENV_STORE_URI: Final = "A2RL_STORE_URI"
 ENV_RUN_PREFIX: Final = "A2RL_RUN_PREFIX"
 ENV_RUN_NAME: Final = "A2RL_RUN_NAME"
@@ -95,7 +95,7 @@ ENV_OTEL_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
 DEFAULT_RECORDER_PORT: Final = 5000
 LOCAL_NAMESPACE: Final = "local"
 
-# --- workspace layout (design §2) -----------------------------------------------------------
+# --- workspace layout (docs/agents.md) ---------------------------------------------------------
 WS_CODE: Final = "code"
 WS_OUTPUT: Final = "output"
 WS_MODELS: Final = "models"
@@ -104,7 +104,7 @@ WS_DESCRIPTION: Final = "description.md"
 WS_INSTRUCTIONS: Final = "instructions.md"
 WS_RUN_META: Final = "run_meta.json"
 
-# --- recorder configuration (local and sidecar), set by the runner / operator -------------
+# --- recorder configuration (local and sidecar), set by the runner / operator ------------------
 ENV_RUN_START: Final = "A2RL_RUN_START"  # epoch seconds when the agent's clock started
 ENV_RUN_TIMEOUT: Final = "A2RL_RUN_TIMEOUT"  # budget in seconds
 ENV_MAX_SUBMISSIONS: Final = "A2RL_MAX_SUBMISSIONS"
@@ -115,7 +115,7 @@ ENV_ALFWORLD_MAX_STEPS: Final = "A2RL_ALFWORLD_MAX_STEPS"  # smoke tests only; d
 ENV_SEED: Final = "SEED"
 BASELINE_INDEX: Final = 0
 
-# --- recorder tuning (optional; defaults in a2rl_recorder.config) ----------------------------
+# --- recorder tuning (optional; defaults in a2rl_recorder.config) ------------------------------
 ENV_MAX_MODEL_BYTES: Final = "A2RL_MAX_MODEL_BYTES"  # submit size limit (default 50 GiB)
 ENV_RECORDER_DRAIN_TIMEOUT: Final = "A2RL_RECORDER_DRAIN_TIMEOUT"  # s to finish an in-flight eval on SIGTERM
 ENV_CODE_POLL_INTERVAL: Final = "A2RL_CODE_POLL_INTERVAL"  # s between looks at code/
@@ -123,7 +123,7 @@ ENV_CODE_DEBOUNCE: Final = "A2RL_CODE_DEBOUNCE"  # s code/ must stay unchanged b
 ENV_CODE_MAX_FILE_BYTES: Final = "A2RL_CODE_MAX_FILE_BYTES"  # larger files in code/ are not snapshotted
 ENV_EVAL_TIMEOUT: Final = "A2RL_EVAL_TIMEOUT"  # s one local eval process may run
 
-# --- LLM judge and search tool of judge-based tasks (evaluation only; never in the agent pod) ----
+# --- LLM judge and search tool of judge-based tasks (evaluation only; never in the agent pod) ---
 ENV_JUDGE_BASE_URL: Final = "A2RL_JUDGE_BASE_URL"  # OpenAI-compatible API root, e.g. https://host/v1
 ENV_JUDGE_MODEL: Final = "A2RL_JUDGE_MODEL"
 ENV_JUDGE_API_KEY: Final = "A2RL_JUDGE_API_KEY"  # optional (no auth header when unset)
@@ -138,13 +138,13 @@ DISPATCH_CLUSTER: Final = "cluster"
 ENV_SPOOL_DIR: Final = "A2RL_SPOOL_DIR"  # where writes wait while the object store is unreachable
 ENV_STORE_RETRY_TIMEOUT: Final = "A2RL_STORE_RETRY_TIMEOUT"  # s a submit waits for an unreachable store
 
-# --- operator (cluster mode) ----------------------------------------------------------------
+# --- operator (cluster mode) -------------------------------------------------------------------
 ENV_OPENAI_API_KEY: Final = "OPENAI_API_KEY"
 ENV_OPENAI_BASE_URL: Final = "OPENAI_BASE_URL"
 ENV_DRIVER_MODEL: Final = "A2RL_DRIVER_MODEL"
 WORKSPACE_MOUNT: Final = "/workspace"
 
-# --- grading in a cluster: eval Jobs, end of run, report Job (a2rl_operator.grading_config) --
+# --- grading in a cluster: eval Jobs, end of run, report Job (a2rl_operator.grading.config) ----
 ENV_GRADER_IMAGE: Final = "A2RL_GRADER_IMAGE"  # image of eval/report Jobs; unset: the operator grades nothing
 ENV_REPORT_TIMEOUT: Final = "A2RL_REPORT_TIMEOUT"  # s the report Job may run (activeDeadlineSeconds)
 ENV_GRADING_DRAIN_TIMEOUT: Final = "A2RL_GRADING_DRAIN_TIMEOUT"  # s the end of a run waits for evaluations
@@ -152,7 +152,7 @@ ENV_GRADING_RESYNC: Final = "A2RL_GRADING_RESYNC"  # s between re-observations o
 ENV_HELDOUT_PVC: Final = "A2RL_HELDOUT_PVC"  # PVC with staged held-out data (default: fetched from the store)
 ENV_SUBMIT_ALLOWANCE: Final = "A2RL_SUBMIT_ALLOWANCE"  # s a BenchSubmission may be created after the deadline
 
-# --- tracing (OpenTelemetry; docs/architecture.md "Tracing") ---------------------------------
+# --- tracing (OpenTelemetry; docs/architecture.md "Tracing") -----------------------------------
 # The run's W3C trace context: a `traceparent` string in this env var for every process of a
 # run; in a cluster the BenchRun carries it as a JSON carrier in ANNOTATION_TRACE_CONTEXT.
 ENV_TRACEPARENT: Final = "A2RL_TRACEPARENT"

@@ -1,4 +1,4 @@
-"""Where everything lives in the object store (design §3, "Object layout").
+"""Where everything lives in the object store (docs/architecture.md, "Object layout").
 
     <namespace>/<run>-<uid>/run.json                     BenchRun spec + metadata at start
     <namespace>/<run>-<uid>/benchrun.json                cluster: the BenchRun's final record on deletion

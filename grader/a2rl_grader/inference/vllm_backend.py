@@ -23,7 +23,7 @@ class VLLMBackend(InferenceBackend):
     """An in-process `vllm.LLM` engine: temperature 0, never `trust_remote_code`.
 
     The tensor-parallel size is the largest power of two ≤ the visible GPUs (it must divide the
-    attention heads; the reference picked it from *all* GPUs while only some were visible, §10.4).
+    attention heads; the reference picked it from *all* GPUs while only some were visible).
     """
 
     name = "vllm"
