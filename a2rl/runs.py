@@ -1,16 +1,18 @@
-"""Find runs in an object store: every `<namespace>/<name>-<uid>/run.json` is one run."""
+"""Find runs in an object store: every `<namespace>/<name>-<uid>/run.json` (a `RunRecord`) is one run."""
 
 from __future__ import annotations
 
 import difflib
-import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from a2rl.errors import A2rlError, NotFoundError
+from a2rl.records.base import load_record
+from a2rl.records.run import RunRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 
@@ -37,14 +39,14 @@ def parse_time(value: object) -> datetime | None:
 
 @dataclass(frozen=True)
 class RunInfo:
-    """What `run.json` says about one run (the fields reports and the CLI need, plus the raw dict)."""
+    """What `run.json` says about one run (the fields reports and the CLI need, plus the record)."""
 
     layout: RunLayout
     task: str | None
     started_at: datetime | None
     ended_at: datetime | None
     end_reason: str | None
-    raw: dict[str, Any]
+    record: RunRecord
 
     @property
     def prefix(self) -> str:
@@ -56,29 +58,28 @@ class RunInfo:
         return f"{self.layout.name}-{self.layout.uid}"
 
     @classmethod
-    def from_json(cls, prefix: str, data: dict[str, Any]) -> RunInfo:
-        layout = RunLayout.from_prefix(prefix)
-        task = data.get("task")
+    def from_record(cls, prefix: str, record: RunRecord) -> RunInfo:
         return cls(
-            layout=layout,
-            task=task if isinstance(task, str) else None,
-            started_at=parse_time(data.get("started_at")),
-            ended_at=parse_time(data.get("ended_at")),
-            end_reason=data.get("end_reason") if isinstance(data.get("end_reason"), str) else None,
-            raw=data,
+            layout=RunLayout.from_prefix(prefix),
+            task=record.task,
+            started_at=parse_time(record.started_at),
+            ended_at=parse_time(record.ended_at),
+            end_reason=record.end_reason,
+            record=record,
         )
+
+    @classmethod
+    def from_json(cls, prefix: str, data: Mapping[str, Any]) -> RunInfo:
+        """From run.json's JSON values (`pydantic.ValidationError` when they do not fit `RunRecord`)."""
+        return cls.from_record(prefix, RunRecord.from_json(data))
 
 
 def read_run_info(store: ObjectStore, layout: RunLayout) -> RunInfo:
     try:
-        data = json.loads(store.get_bytes(layout.run_json))
+        record = load_record(store, layout.run_json, RunRecord)
     except NotFoundError as exc:
         raise A2rlError(f"no run at {store.url_for(layout.prefix)} (run.json missing)") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise A2rlError(f"{store.url_for(layout.run_json)} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise A2rlError(f"{store.url_for(layout.run_json)} is not a JSON object")
-    return RunInfo.from_json(layout.prefix, data)
+    return RunInfo.from_record(layout.prefix, record)
 
 
 def _run_json_keys(store: ObjectStore) -> list[str]:

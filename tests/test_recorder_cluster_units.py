@@ -52,6 +52,31 @@ def test_body_is_a_valid_benchsubmission_owned_by_the_run() -> None:
     bare = body({**MANIFEST, "code_revision": None, "code_digest": None})
     assert "codeRevision" not in bare["spec"] and "codeDigest" not in bare["spec"]
     BenchSubmission.model_validate(bare)
+    # The wire body as the hand-written dict was: no empty annotations, no status.
+    assert set(obj) == {"apiVersion", "kind", "metadata", "spec"}
+    assert set(meta) == {"name", "namespace", "labels", "ownerReferences"}
+    assert obj["spec"] == {
+        "runName": "arith-sft", "index": 3, "modelPath": "output/v3", "modelDigest": "a" * 64,
+        "codeRevision": 7, "codeDigest": "b" * 64, "identicalToBase": False,
+        "manifestUri": "s3://runs/x/team-a/arith-sft-uid/submissions/00003/manifest.json",
+        "submittedAt": "2026-05-01T12:00:00.123456Z",
+    }  # fmt: skip
+
+
+def test_result_from_status_copies_the_optional_fields() -> None:
+    status = {"state": "Succeeded", "score": 50, "reason": "Evaluated", "evaluatorVersion": "arith-1",
+              "resultUri": "s3://b/r.json", "startedAt": "2026-05-01T12:00:00Z",
+              "finishedAt": "2026-05-01T12:01:00Z", "durationSeconds": 60.0, "evalJob": "j",
+              "conditions": [{"type": "Evaluated"}], "fieldOfANewerOperator": 1}  # fmt: skip
+    result = result_from_status(2, "arith", {"metadata": {"name": "r-00002"}, "status": status})
+    assert result is not None and result.to_json() == {
+        "index": 2, "task": "arith", "score": 50.0, "error": None, "state": "Succeeded",
+        "submission": "r-00002", "reason": "Evaluated", "evaluator_version": "arith-1",
+        "result_uri": "s3://b/r.json", "started_at": "2026-05-01T12:00:00Z",
+        "finished_at": "2026-05-01T12:01:00Z", "duration_seconds": 60.0,
+    }  # fmt: skip
+    unreadable = result_from_status(2, "arith", {"status": {"state": "Failed", "score": "x"}})
+    assert unreadable is not None and unreadable.score is None and "not readable" in (unreadable.error or "")
 
 
 @pytest.mark.parametrize(
@@ -74,8 +99,9 @@ def test_result_from_status(status: dict[str, Any], expected: tuple[float | None
         assert result is None
         return
     assert result is not None
-    assert (result["score"], result["error"]) == expected
-    assert result["index"] == 3 and result["task"] == "arith" and result["submission"] == "r-00003"
+    assert (result.score, result.error) == expected
+    assert result.index == 3 and result.task == "arith" and result.submission == "r-00003"
+    assert result.state == status["state"]
 
 
 def env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -1,1 +1,13 @@
-"""The documents a2rl writes to the store: one module per document."""
+"""The documents a2rl writes to the store: one module per document, each a pydantic `Record`
+(`base`: snake_case fields as stored, unknown fields kept, only the fields set are written).
+
+    run.py         run.json                                    RunRecord (+ run_record builder)
+    revision.py    revisions/<n>.json                          CodeRevision
+    submission.py  submissions/<n>/manifest.json               SubmissionManifest
+    result.py      submissions/<n>/result.json                 ResultRecord
+    dispatch.py    submissions/<n>/dispatch.json               DispatchRecord
+    baseline.py    baselines/<task>/<digest>/<version>.json    BaselineEntry
+    tree.py        the tree manifests inside them              TreeRecord (a2rl.store.cas.TreeManifest)
+
+`base.read_record` / `load_record` / `write_record` read and write them through an `ObjectStore`.
+"""

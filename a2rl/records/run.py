@@ -1,5 +1,9 @@
 """`run.json`: the run's record in the store (who, what, when, how it ended), written by the local
-runner and by the operator (pure functions)."""
+runner and by the operator (`mode: cluster`); `run_record` builds it (pure functions).
+
+Every field is optional when reading: an older or partial run.json (a run that never started, a
+document from another writer) still loads; unknown fields are kept.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from a2rl.api.benchrun import BenchRun
+from a2rl.records.base import Record
 from a2rl.store.layout import RunLayout
 
 
@@ -14,6 +19,89 @@ def iso(epoch: float | None) -> str | None:
     if epoch is None:
         return None
     return datetime.fromtimestamp(epoch, UTC).isoformat().replace("+00:00", "Z")
+
+
+class BaseModelRef(Record):
+    """`base_model`: the base model as the BenchRun names it, and its tree digest."""
+
+    name: str | None = None
+    source: str | None = None
+    digest: str | None = None
+
+
+class AgentRef(Record):
+    """`agent`: the agent's full command line and image."""
+
+    command: list[str] = []
+    image: str | None = None
+
+
+class BudgetRef(Record):
+    """`budget`: the run's wall time (seconds) and submission cap."""
+
+    wall_time_seconds: int | float | None = None
+    max_submissions: int | None = None
+
+
+class RunRecord(Record):
+    """`<namespace>/<name>-<uid>/run.json` (times are ISO 8601 strings, UTC)."""
+
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    task: str | None = None
+    base_model: BaseModelRef | None = None
+    agent: AgentRef | None = None
+    #: The BenchRun's `spec.driver` in wire form (camelCase), None without a driver.
+    driver: dict[str, Any] | None = None
+    budget: BudgetRef | None = None
+    #: The BenchRun's whole spec in wire form (camelCase), as submitted.
+    spec: dict[str, Any] | None = None
+    started_at: str | None = None
+    deadline: str | None = None
+    ended_at: str | None = None
+    end_reason: str | None = None
+    agent_exit_code: int | None = None
+    evaluator_version: str | None = None
+    mode: str | None = None
+
+
+def run_record(
+    run: BenchRun,
+    layout: RunLayout,
+    *,
+    base_model_digest: str,
+    evaluator_version: str,
+    started_at: float | None = None,
+    ended_at: float | None = None,
+    end_reason: str | None = None,
+    agent_exit_code: int | None = None,
+    mode: str = "local",
+) -> RunRecord:
+    """The run.json document of the shared contract (times are epoch seconds in, ISO 8601 out)."""
+    spec = run.spec
+    return RunRecord(
+        name=layout.name,
+        namespace=layout.namespace,
+        uid=layout.uid,
+        task=spec.task,
+        base_model=BaseModelRef(
+            name=spec.base_model.name, source=spec.base_model.source, digest=base_model_digest
+        ),
+        agent=AgentRef(command=[*spec.agent.command, *spec.agent.args], image=spec.agent.image),
+        driver=spec.driver.to_wire() if spec.driver else None,
+        budget=BudgetRef(
+            wall_time_seconds=spec.budget.wall_time_seconds, max_submissions=spec.budget.max_submissions
+        ),
+        spec=spec.to_wire(),
+        started_at=iso(started_at),
+        deadline=iso(None if started_at is None else started_at + spec.budget.wall_time_seconds),
+        ended_at=iso(ended_at),
+        end_reason=end_reason,
+        agent_exit_code=agent_exit_code,
+        evaluator_version=evaluator_version,
+        mode=mode,
+    )
 
 
 def run_json(
@@ -27,30 +115,15 @@ def run_json(
     end_reason: str | None = None,
     agent_exit_code: int | None = None,
 ) -> dict[str, Any]:
-    """The run.json document of the shared contract (times are epoch seconds in, ISO 8601 out)."""
-    spec = run.spec
-    return {
-        "name": layout.name,
-        "namespace": layout.namespace,
-        "uid": layout.uid,
-        "task": spec.task,
-        "base_model": {
-            "name": spec.base_model.name,
-            "source": spec.base_model.source,
-            "digest": base_model_digest,
-        },
-        "agent": {"command": [*spec.agent.command, *spec.agent.args], "image": spec.agent.image},
-        "driver": spec.driver.to_wire() if spec.driver else None,
-        "budget": {
-            "wall_time_seconds": spec.budget.wall_time_seconds,
-            "max_submissions": spec.budget.max_submissions,
-        },
-        "spec": spec.to_wire(),
-        "started_at": iso(started_at),
-        "deadline": iso(None if started_at is None else started_at + spec.budget.wall_time_seconds),
-        "ended_at": iso(ended_at),
-        "end_reason": end_reason,
-        "agent_exit_code": agent_exit_code,
-        "evaluator_version": evaluator_version,
-        "mode": "local",
-    }
+    """`run_record(…)` as JSON values: for the callers that still edit the dict (the local runner,
+    the operator's `cluster_run_json`)."""
+    return run_record(
+        run,
+        layout,
+        base_model_digest=base_model_digest,
+        evaluator_version=evaluator_version,
+        started_at=started_at,
+        ended_at=ended_at,
+        end_reason=end_reason,
+        agent_exit_code=agent_exit_code,
+    ).to_json()

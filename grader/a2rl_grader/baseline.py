@@ -2,7 +2,8 @@
 
 Cache key: `baselines/<task>/<model digest>/<evaluator version>.json` (`a2rl.store.layout.baseline_key`);
 an evaluation limited to the first N items is cached under `<evaluator version>+limitN` so a
-smoke-test baseline never stands in for a full one. Failed evaluations are not cached.
+smoke-test baseline never stands in for a full one. Failed evaluations are not cached. An entry
+is a `BaselineEntry` (`a2rl.records.baseline`); submission 0's manifest a `SubmissionManifest`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,13 @@ from typing import Any
 from a2rl_tasks.base import Task
 
 from a2rl.constants import BASELINE_INDEX
+from a2rl.records.base import read_record, write_record
+from a2rl.records.baseline import BaselineEntry
+from a2rl.records.result import ResultRecord
+from a2rl.records.submission import SubmissionManifest
+from a2rl.records.tree import TreeRecord
 from a2rl.store.base import ObjectStore
-from a2rl.store.cas import hash_tree
+from a2rl.store.cas import TreeManifest, hash_tree
 from a2rl.store.layout import RunLayout, baseline_key
 from a2rl_grader.evaluate import EvalOptions, check_heldout, evaluate_model_dir, utc_now, write_result
 
@@ -29,19 +35,68 @@ def baseline_cache_key(task: Task, model_digest: str, limit: int | None) -> str:
     return baseline_key(task.name, model_digest, cache_version(task, limit))
 
 
+def baseline_submission_manifest(tree: TreeRecord, digest: str, base_name: str) -> SubmissionManifest:
+    """Submission 0's manifest: the base model (`models/<base_name>` in the workspace)."""
+    return SubmissionManifest(
+        index=BASELINE_INDEX,
+        submitted_at=utc_now(),
+        model_path=f"{WS_MODELS_PREFIX}/{base_name}",
+        model=tree,
+        model_digest=digest,
+        base_model_digest=digest,
+        identical_to_base=True,
+        code_revision=None,
+        code_digest=None,
+        request={},
+    )
+
+
 def baseline_manifest(tree_json: dict[str, Any], digest: str, base_name: str) -> dict[str, Any]:
-    return {
-        "index": BASELINE_INDEX,
-        "submitted_at": utc_now(),
-        "model_path": f"{WS_MODELS_PREFIX}/{base_name}",
-        "model": tree_json,
-        "model_digest": digest,
-        "base_model_digest": digest,
-        "identical_to_base": True,
-        "code_revision": None,
-        "code_digest": None,
-        "request": {},
-    }
+    """`baseline_submission_manifest` from and to JSON values (for the cluster set-up container,
+    `a2rl_recorder.workspace_setup`, until it uses the record)."""
+    return baseline_submission_manifest(TreeRecord.from_json(tree_json), digest, base_name).to_json()
+
+
+def read_baseline_entry(store: ObjectStore, key: str) -> BaselineEntry | None:
+    """The cache entry at `key`; None when absent, unreadable, or without a score."""
+    entry = read_record(store, key, BaselineEntry)
+    return entry if entry is not None and entry.score is not None else None
+
+
+def evaluate_baseline_record(
+    store: ObjectStore,
+    layout: RunLayout,
+    task: Task,
+    model_dir: Path,
+    heldout_dir: Path,
+    *,
+    options: EvalOptions,
+    base_name: str | None = None,
+) -> ResultRecord:
+    """Score the base model (from the cache when possible) and record it as submission 0.
+
+    Returns the run's result.json content plus `cached`.
+    """
+    check_heldout(heldout_dir)
+    tree: TreeManifest = hash_tree(model_dir)
+    digest = tree.digest
+    key = baseline_cache_key(task, digest, options.limit)
+    write_record(
+        store,
+        layout.submission_manifest(BASELINE_INDEX),
+        baseline_submission_manifest(TreeRecord.of(tree), digest, base_name or model_dir.name),
+    )
+    entry = read_record(store, key, BaselineEntry) if store.exists(key) else None
+    if entry is not None:
+        details = entry.details
+        result = entry.result(digest)
+    else:
+        fields, details = evaluate_model_dir(task, model_dir, heldout_dir, options)
+        result = fields.model_copy(update={"index": BASELINE_INDEX, "model_digest": digest, "cached": False})
+        if result.error is None:
+            write_record(store, key, BaselineEntry.of(result, details))
+    write_result(store, layout, BASELINE_INDEX, result, details)
+    return result
 
 
 def evaluate_baseline(
@@ -54,26 +109,7 @@ def evaluate_baseline(
     options: EvalOptions,
     base_name: str | None = None,
 ) -> dict[str, Any]:
-    """Score the base model (from the cache when possible) and record it as submission 0.
-
-    Returns the run's result.json content plus `"cached": bool`.
-    """
-    check_heldout(heldout_dir)
-    tree = hash_tree(model_dir)
-    digest = tree.digest
-    key = baseline_cache_key(task, digest, options.limit)
-    store.put_json(
-        layout.submission_manifest(BASELINE_INDEX),
-        baseline_manifest(tree.to_json(), digest, base_name or model_dir.name),
-    )
-    if store.exists(key):
-        entry = store.get_json(key)
-        details = entry.pop("details", [])
-        result = {**entry, "index": BASELINE_INDEX, "model_digest": digest, "cached": True}
-    else:
-        fields, details = evaluate_model_dir(task, model_dir, heldout_dir, options)
-        result = {"index": BASELINE_INDEX, **fields, "model_digest": digest, "cached": False}
-        if result["error"] is None:
-            store.put_json(key, {**{k: v for k, v in result.items() if k != "cached"}, "details": details})
-    write_result(store, layout, BASELINE_INDEX, result, details)
-    return result
+    """`evaluate_baseline_record` as JSON values (what `a2rl eval baseline` prints)."""
+    return evaluate_baseline_record(
+        store, layout, task, model_dir, heldout_dir, options=options, base_name=base_name
+    ).to_json()

@@ -3,6 +3,8 @@
 Runs in a fresh process (`a2rl eval …`, also the cluster eval Job's command) so a model that
 crashes or leaks memory cannot take the recorder down. A model that cannot be loaded is a
 *result* (`"error"`, `"score": null`), not a crash: exit 0 whenever result.json was written.
+Results are `ResultRecord`s (`a2rl.records.result`); the submission is read from its
+`SubmissionManifest`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import shutil
 import tempfile
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,9 +22,12 @@ from typing import Any
 
 from a2rl_tasks.base import EvalResult, Task
 
-from a2rl.errors import A2rlError
+from a2rl.errors import A2rlError, NotFoundError
+from a2rl.records.base import load_record, write_record
+from a2rl.records.result import ResultRecord
+from a2rl.records.submission import SubmissionManifest
 from a2rl.store.base import ObjectStore
-from a2rl.store.cas import TreeManifest, restore_tree
+from a2rl.store.cas import restore_tree
 from a2rl.store.layout import RunLayout
 from a2rl.tracing import span
 
@@ -49,8 +55,8 @@ def _short(exc: BaseException) -> str:
 
 def evaluate_model_dir(
     task: Task, model_dir: Path, heldout_dir: Path, options: EvalOptions
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(result fields without index/model_digest, per-item details) for the model in `model_dir`.
+) -> tuple[ResultRecord, list[dict[str, Any]]]:
+    """(result without index/model_digest, per-item details) for the model in `model_dir`.
 
     Loading failures and evaluation failures become an `error` field with a null score.
     """
@@ -58,18 +64,18 @@ def evaluate_model_dir(
     from a2rl_grader.traced import traced_evaluate
 
     backend_name = resolve_backend_name(options.backend)
-    started_at, t0 = utc_now(), time.monotonic()
-    fields: dict[str, Any] = {
-        "task": task.name,
-        "score": None,
-        "error": None,
-        "evaluator_version": task.evaluator_version,
-        "backend": backend_name,
-        "n": 0,
-        "correct": 0,
-        "metrics": {},
-        "started_at": started_at,
-    }
+    t0 = time.monotonic()
+    fields = ResultRecord(
+        task=task.name,
+        score=None,
+        error=None,
+        evaluator_version=task.evaluator_version,
+        backend=backend_name,
+        n=0,
+        correct=0,
+        metrics={},
+        started_at=utc_now(),
+    )
     details: list[dict[str, Any]] = []
     batch_size = options.batch_size or task.default_generation_batch()
     try:
@@ -78,7 +84,7 @@ def evaluate_model_dir(
     except A2rlError:
         raise
     except Exception as exc:
-        fields["error"] = f"model could not be loaded: {_short(exc)}"
+        fields.error = f"model could not be loaded: {_short(exc)}"
     else:
         try:
             result: EvalResult = traced_evaluate(task, backend, heldout_dir, limit=options.limit)
@@ -86,20 +92,18 @@ def evaluate_model_dir(
             raise
         except Exception as exc:
             traceback.print_exc()
-            fields["error"] = f"evaluation failed: {_short(exc)}"
+            fields.error = f"evaluation failed: {_short(exc)}"
         else:
-            fields.update(
-                score=round(float(result.score), 4),
-                n=result.n,
-                correct=result.correct,
-                metrics={k: round(float(v), 4) for k, v in result.metrics.items()},
-                evaluator_version=result.evaluator_version,
-            )
+            fields.score = round(float(result.score), 4)
+            fields.n = result.n
+            fields.correct = result.correct
+            fields.metrics = {k: round(float(v), 4) for k, v in result.metrics.items()}
+            fields.evaluator_version = result.evaluator_version
             details = result.details
         finally:
             backend.close()
-    fields["finished_at"] = utc_now()
-    fields["duration_s"] = round(time.monotonic() - t0, 3)
+    fields.finished_at = utc_now()
+    fields.duration_s = round(time.monotonic() - t0, 3)
     return fields, details
 
 
@@ -110,11 +114,20 @@ def details_bytes(details: list[dict[str, Any]]) -> bytes:
 
 
 def write_result(
-    store: ObjectStore, layout: RunLayout, index: int, result: dict[str, Any], details: list[dict[str, Any]]
+    store: ObjectStore,
+    layout: RunLayout,
+    index: int,
+    result: ResultRecord | Mapping[str, Any],
+    details: list[dict[str, Any]],
 ) -> None:
+    """Write submission `index`'s details.jsonl, then its result.json.
+
+    A mapping is validated as a `ResultRecord` first (callers not typed yet: the operator).
+    """
+    record = result if isinstance(result, ResultRecord) else ResultRecord.from_json(result)
     # details first: result.json is what readers wait for, so it must come last.
     store.put_bytes(layout.submission_details(index), details_bytes(details))
-    store.put_json(layout.submission_result(index), result)
+    write_record(store, layout.submission_result(index), record)
 
 
 def check_heldout(heldout_dir: Path) -> None:
@@ -122,7 +135,7 @@ def check_heldout(heldout_dir: Path) -> None:
         raise A2rlError(f"held-out data directory not found: {heldout_dir}")
 
 
-def evaluate_submission(
+def evaluate_submission_record(
     store: ObjectStore,
     layout: RunLayout,
     index: int,
@@ -130,13 +143,16 @@ def evaluate_submission(
     heldout_dir: Path,
     *,
     options: EvalOptions,
-) -> dict[str, Any]:
+) -> ResultRecord:
     """Restore submission `index`'s model into a fresh temp dir, evaluate it, write the result."""
 
     check_heldout(heldout_dir)
-    manifest = store.get_json(layout.submission_manifest(index))
-    tree = TreeManifest.from_json(manifest["model"])
-    model_digest = manifest.get("model_digest") or tree.digest
+    key = layout.submission_manifest(index)
+    manifest = load_record(store, key, SubmissionManifest)
+    if manifest.model is None:
+        raise NotFoundError(f"{store.url_for(key)} names no model snapshot")
+    tree = manifest.model.manifest()
+    model_digest = manifest.model_digest or tree.digest
     workdir = Path(tempfile.mkdtemp(prefix=f"a2rl-eval-{index:05d}-"))
     try:
         model_dir = workdir / "model"
@@ -148,34 +164,45 @@ def evaluate_submission(
             ):
                 restore_tree(store, layout, tree, model_dir)
         except Exception as exc:
-            fields: dict[str, Any] = _error_fields(
-                task, options, f"model snapshot could not be restored: {_short(exc)}"
-            )
-            fields["started_at"] = started_at
+            fields = _error_fields(task, options, f"model snapshot could not be restored: {_short(exc)}")
+            fields.started_at = started_at
             details: list[dict[str, Any]] = []
         else:
             fields, details = evaluate_model_dir(task, model_dir, heldout_dir, options)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    result = {"index": index, **fields, "model_digest": model_digest}
+    result = fields.model_copy(update={"index": index, "model_digest": model_digest})
     write_result(store, layout, index, result, details)
     return result
 
 
-def _error_fields(task: Task, options: EvalOptions, error: str) -> dict[str, Any]:
+def evaluate_submission(
+    store: ObjectStore,
+    layout: RunLayout,
+    index: int,
+    task: Task,
+    heldout_dir: Path,
+    *,
+    options: EvalOptions,
+) -> dict[str, Any]:
+    """`evaluate_submission_record` as JSON values (what `a2rl eval submission` prints)."""
+    return evaluate_submission_record(store, layout, index, task, heldout_dir, options=options).to_json()
+
+
+def _error_fields(task: Task, options: EvalOptions, error: str) -> ResultRecord:
     from a2rl_grader.inference.select import resolve_backend_name
 
     now = utc_now()
-    return {
-        "task": task.name,
-        "score": None,
-        "error": error,
-        "evaluator_version": task.evaluator_version,
-        "backend": resolve_backend_name(options.backend),
-        "n": 0,
-        "correct": 0,
-        "metrics": {},
-        "started_at": now,
-        "finished_at": now,
-        "duration_s": 0.0,
-    }
+    return ResultRecord(
+        task=task.name,
+        score=None,
+        error=error,
+        evaluator_version=task.evaluator_version,
+        backend=resolve_backend_name(options.backend),
+        n=0,
+        correct=0,
+        metrics={},
+        started_at=now,
+        finished_at=now,
+        duration_s=0.0,
+    )

@@ -13,6 +13,10 @@ The protocol with the operator:
   `submittedAt`; labels `a2rl.dev/run-name`, `a2rl.dev/run-uid`, `a2rl.dev/submission-index`.
 - status: `state` terminal → `score` (null on failure) and `error` are the result.
 
+Both sides are the API models of `a2rl.api.benchsubmission`: the body is a `BenchSubmission`
+built from the submission's `SubmissionManifest`, and results are read from a
+`BenchSubmissionStatus` into a `ResultRecord`.
+
 API server hiccups (connection errors, 5xx, 429) are retried with bounded backoff until the
 evaluation timeout; a refusal (403, 422) becomes the submission's error at once.
 """
@@ -22,10 +26,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from a2rl import constants as c
-from a2rl.api.benchsubmission import SubmissionState, submission_name
+from a2rl.api.benchrun import ObjectMeta
+from a2rl.api.benchsubmission import (
+    BenchSubmission,
+    BenchSubmissionSpec,
+    BenchSubmissionStatus,
+    SubmissionState,
+    submission_name,
+)
+from a2rl.records.base import load_record
+from a2rl.records.result import ResultRecord
+from a2rl.records.submission import SubmissionManifest
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl_recorder.dispatch import failure_result
@@ -55,32 +73,35 @@ def submission_labels(run_name: str, run_uid: str, index: int) -> dict[str, str]
     }
 
 
-def benchsubmission_body(
+def benchsubmission(
     *,
     run_name: str,
     namespace: str,
     run_uid: str,
     index: int,
-    manifest: dict[str, Any],
+    manifest: SubmissionManifest,
     manifest_uri: str,
-) -> dict[str, Any]:
-    """The BenchSubmission for recorded submission `index` (`manifest`: its manifest.json)."""
-    spec: dict[str, Any] = {
-        "runName": run_name,
-        "index": index,
-        "modelPath": manifest["model_path"],
-        "modelDigest": manifest["model_digest"],
-        "manifestUri": manifest_uri,
-        "identicalToBase": bool(manifest.get("identical_to_base")),
-        "submittedAt": manifest["submitted_at"],
-    }
-    if manifest.get("code_revision") is not None:
-        spec["codeRevision"] = manifest["code_revision"]
-        spec["codeDigest"] = manifest["code_digest"]
-    return {
-        "apiVersion": c.API_GROUP_VERSION,
-        "kind": c.BENCHSUBMISSION_KIND,
-        "metadata": {
+) -> BenchSubmission:
+    """The BenchSubmission for recorded submission `index` (`manifest`: its manifest.json).
+
+    `ValueError` (a pydantic `ValidationError`) when the manifest lacks what the spec needs.
+    """
+    if manifest.model_path is None or manifest.model_digest is None or manifest.submitted_at is None:
+        raise ValueError(f"{manifest_uri} lacks model_path, model_digest or submitted_at")
+    spec = BenchSubmissionSpec(
+        run_name=run_name,
+        index=index,
+        model_path=manifest.model_path,
+        model_digest=manifest.model_digest,
+        manifest_uri=manifest_uri,
+        identical_to_base=manifest.identical_to_base,
+        submitted_at=datetime.fromisoformat(manifest.submitted_at),
+    )
+    if manifest.code_revision is not None:
+        spec.code_revision = manifest.code_revision
+        spec.code_digest = manifest.code_digest
+    metadata = ObjectMeta.model_validate(
+        {
             "name": submission_name(run_name, index),
             "namespace": namespace,
             "labels": submission_labels(run_name, run_uid, index),
@@ -95,43 +116,79 @@ def benchsubmission_body(
                     "controller": True,
                 }
             ],
-        },
-        "spec": spec,
-    }
+        }
+    )
+    return BenchSubmission(
+        api_version=c.API_GROUP_VERSION, kind=c.BENCHSUBMISSION_KIND, metadata=metadata, spec=spec
+    )
 
 
-def result_from_status(index: int, task: str, obj: dict[str, Any]) -> dict[str, Any] | None:
-    """The submission's result from its BenchSubmission, or None while it is not terminal."""
-    status = obj.get("status") or {}
-    state = status.get("state")
+def benchsubmission_body(
+    *,
+    run_name: str,
+    namespace: str,
+    run_uid: str,
+    index: int,
+    manifest: SubmissionManifest | Mapping[str, Any],
+    manifest_uri: str,
+) -> dict[str, Any]:
+    """`benchsubmission(…)` as the Kubernetes client sends it: `to_wire()` of the fields set
+    (no empty `metadata.annotations`). A mapping manifest is validated first (test helpers)."""
+    record = manifest if isinstance(manifest, SubmissionManifest) else SubmissionManifest.from_json(manifest)
+    obj = benchsubmission(
+        run_name=run_name,
+        namespace=namespace,
+        run_uid=run_uid,
+        index=index,
+        manifest=record,
+        manifest_uri=manifest_uri,
+    )
+    return obj.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
+
+
+#: The status fields a result is made of (by wire name); others (conditions, evalJob, fields a
+#: newer operator adds) are not read, so they can never make a status unreadable.
+_STATUS_FIELDS = ("state", "score", "error", "reason", "evaluatorVersion", "resultUri", "startedAt",
+                  "finishedAt", "durationSeconds")  # fmt: skip
+
+
+def _iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def result_from_status(index: int, task: str, obj: Mapping[str, Any]) -> ResultRecord | None:
+    """The submission's result from its BenchSubmission (the API object as the client returns
+    it), or None while it is not terminal."""
+    raw = obj.get("status") or {}
+    name = (obj.get("metadata") or {}).get("name")
+    try:
+        status = BenchSubmissionStatus.model_validate({k: raw[k] for k in _STATUS_FIELDS if k in raw})
+    except ValidationError as exc:
+        if raw.get("state") not in TERMINAL_STATES:
+            return None
+        log.warning("submission %d: unreadable BenchSubmission status: %s", index, exc)
+        return ResultRecord.failure(index, task, f"the BenchSubmission status is not readable: {exc}")
+    state = status.state
     if state not in TERMINAL_STATES:
         return None
-    score = status.get("score")
-    error = status.get("error")
-    if state == SubmissionState.SUCCEEDED and not isinstance(score, int | float):
+    score, error = status.score, status.error
+    if state == SubmissionState.SUCCEEDED and score is None:
         error = error or "the evaluation finished without a score"
     if state != SubmissionState.SUCCEEDED:
         score = None
         error = error or f"submission {state.lower()} by the operator"
-    result: dict[str, Any] = {
-        "index": index,
-        "task": task,
-        "score": float(score) if isinstance(score, int | float) else None,
-        "error": error,
-        "state": state,
-        "submission": obj.get("metadata", {}).get("name"),
+    result = ResultRecord(index=index, task=task, score=score, error=error, state=state, submission=name)
+    optional = {
+        "reason": status.reason,
+        "duration_seconds": status.duration_seconds,
+        "evaluator_version": status.evaluator_version,
+        "result_uri": status.result_uri,
+        "started_at": _iso(status.started_at),
+        "finished_at": _iso(status.finished_at),
     }
-    for key, field in (
-        ("reason", "reason"),
-        ("duration_seconds", "durationSeconds"),
-        ("evaluator_version", "evaluatorVersion"),
-        ("result_uri", "resultUri"),
-        ("started_at", "startedAt"),
-        ("finished_at", "finishedAt"),
-    ):
-        if status.get(field) is not None:
-            result[key] = status[field]
-    return result
+    return result.model_copy(update={k: v for k, v in optional.items() if v is not None})
 
 
 # --- the Kubernetes side ---------------------------------------------------------------------
@@ -204,7 +261,7 @@ class ClusterDispatcher:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self._cancelled = threading.Event()
-        self._terminal: dict[int, dict[str, Any]] = {}  # terminal results never change
+        self._terminal: dict[int, ResultRecord] = {}  # terminal results never change
         self._lock = threading.Lock()
 
     # --- API calls ------------------------------------------------------------------------
@@ -252,7 +309,8 @@ class ClusterDispatcher:
     # --- EvaluationDispatcher -------------------------------------------------------------
 
     def submission_body(self, index: int) -> dict[str, Any]:
-        manifest: dict[str, Any] = self.store.get_json(self.layout.submission_manifest(index))
+        """The BenchSubmission of `index` as the Kubernetes client sends it."""
+        manifest = load_record(self.store, self.layout.submission_manifest(index), SubmissionManifest)
         return benchsubmission_body(
             run_name=self.run_name,
             namespace=self.namespace,
@@ -308,7 +366,7 @@ class ClusterDispatcher:
                 if result is not None:
                     with self._lock:
                         self._terminal[index] = result
-                    return result
+                    return result.to_json()
             if time.monotonic() >= deadline:
                 return failure_result(
                     index, self.task, f"no evaluation result for {name} within {self.timeout_s:.0f} s"
@@ -321,7 +379,7 @@ class ClusterDispatcher:
                     "the BenchRun status",
                 )
 
-    def result(self, index: int) -> dict[str, Any] | None:
+    def result(self, index: int) -> ResultRecord | None:
         """The terminal result of submission `index` from its BenchSubmission, or None (not
         terminal, absent, or the API server unreachable): the score as the operator recorded it."""
         with self._lock:

@@ -1,7 +1,9 @@
 """Evaluation dispatch: how a recorded submission gets its result.json.
 
 `EvaluationDispatcher.evaluate(index)` returns the submission's result (the content of
-`submissions/<n>/result.json`). `LocalDispatcher` (local mode) runs the grader's crash-isolated
+`submissions/<n>/result.json`, a `ResultRecord` as JSON values: the recorder's service reads it as
+a mapping). A failed dispatch is recorded in `submissions/<n>/dispatch.json` (a `DispatchRecord`).
+`LocalDispatcher` (local mode) runs the grader's crash-isolated
 eval process `a2rl eval submission …` and reads the result it wrote to the store. A crashed,
 killed or timed-out eval process becomes a result with an `error` and a null score — never an
 exception in the recorder. Cluster mode: `a2rl_recorder.cluster_dispatch.ClusterDispatcher` (a
@@ -16,12 +18,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from a2rl.errors import NotFoundError
 from a2rl.launch import OFFLINE_ENV, kill_group, start_a2rl
+from a2rl.records.base import read_record, write_record
+from a2rl.records.dispatch import DispatchRecord, dispatch_key
+from a2rl.records.result import ResultRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.tracing import current_trace_env
@@ -39,20 +42,15 @@ class EvaluationDispatcher(Protocol):
 
 
 def failure_result(index: int, task: str, error: str) -> dict[str, Any]:
-    """What the agent sees for a submission whose evaluation produced no result."""
-    return {"index": index, "task": task, "score": None, "error": error}
+    """What the agent sees for a submission whose evaluation produced no result
+    (`ResultRecord.failure` as JSON values, for the dispatcher protocol)."""
+    return ResultRecord.failure(index, task, error).to_json()
 
 
 def dispatch_record(index: int, error: str, exit_code: int | None, log_key: str | None) -> dict[str, Any]:
-    """`submissions/<n>/dispatch.json`: why an evaluation produced no result.json (for the report)."""
-    return {
-        "index": index,
-        "status": "failed",
-        "error": error,
-        "exit_code": exit_code,
-        "log": log_key,
-        "finished_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-    }
+    """`submissions/<n>/dispatch.json` as JSON values (`DispatchRecord.failed`): for the service,
+    which writes it with `put_json` until it writes the record."""
+    return DispatchRecord.failed(index, error, exit_code, log_key).to_json()
 
 
 class LocalDispatcher:
@@ -110,16 +108,13 @@ class LocalDispatcher:
                 self.store.put_file(log_key, log_path)
             except Exception:
                 log.exception("could not store the eval log of submission %d", index)
-        try:
-            result: dict[str, Any] = self.store.get_json(self.layout.submission_result(index))
-        except NotFoundError:
+        result = read_record(self.store, self.layout.submission_result(index), ResultRecord)
+        if result is None:
             error = problem or f"evaluation process exited with code {exit_code} without writing a result"
-            self.store.put_json(
-                f"{self.layout.submission_dir(index)}/dispatch.json",
-                dispatch_record(index, error, exit_code, log_key),
-            )
+            failed = DispatchRecord.failed(index, error, exit_code, log_key)
+            write_record(self.store, dispatch_key(self.layout, index), failed)
             return failure_result(index, self.task, error)
-        return result
+        return result.to_json()
 
     def _run(self, index: int, log_path: Path) -> tuple[int | None, str | None]:
         """(exit code, problem) of one eval process; the problem is None when it ran normally."""

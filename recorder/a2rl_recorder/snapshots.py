@@ -1,9 +1,10 @@
 """Code revisions: content-addressed snapshots of the workspace's `code/`.
 
-`CodeSnapshotter.snapshot(reason)` writes `revisions/<n>.json` only when the tree digest changed
-(numbered from 1, continuing after a recorder restart). `CodeWatcher` polls `code/` (cheap: file
-sizes and mtimes), and snapshots once the tree has changed and then stayed unchanged for the
-debounce interval, so a burst of edits gives one revision; `stop()` flushes a final one.
+`CodeSnapshotter.snapshot(reason)` writes `revisions/<n>.json` (a `CodeRevision`,
+`a2rl.records.revision`) only when the tree digest changed (numbered from 1, continuing after a
+recorder restart). `CodeWatcher` polls `code/` (cheap: file sizes and mtimes), and snapshots once
+the tree has changed and then stayed unchanged for the debounce interval, so a burst of edits
+gives one revision; `stop()` flushes a final one.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
+from a2rl.records.base import load_record, write_record
+from a2rl.records.revision import CodeRevision
+from a2rl.records.tree import TreeRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import DigestCache, iter_files, snapshot_tree
 from a2rl.store.layout import RunLayout
@@ -59,8 +62,10 @@ class CodeSnapshotter:
         keys = list(self.store.list(self.layout.revisions))
         if not keys:
             return None
-        data: dict[str, Any] = self.store.get_json(keys[-1])
-        return Revision(int(data["index"]), str(data["digest"]))
+        data = load_record(self.store, keys[-1], CodeRevision)
+        if data.index is None or data.digest is None:
+            raise ValueError(f"{self.store.url_for(keys[-1])} has no index or digest")
+        return Revision(data.index, data.digest)
 
     def include(self, rel: str) -> bool:
         """Files that belong in a code snapshot: not caches, not oversized (checkpoints, datasets)."""
@@ -110,18 +115,19 @@ class CodeSnapshotter:
             if self.latest is None and not manifest.entries:
                 return None
             index = 1 if self.latest is None else self.latest.index + 1
-            self.store.put_json(
+            write_record(
+                self.store,
                 self.layout.revision(index),
-                {
-                    "index": index,
-                    "created_at": utc_now(),
-                    "reason": reason,
-                    "tree": manifest.to_json(),
-                    "digest": manifest.digest,
-                    "files_uploaded": stats.files_uploaded,
-                    "bytes_uploaded": stats.bytes_uploaded,
-                    "skipped": sorted(stats.skipped + skipped_large),
-                },
+                CodeRevision(
+                    index=index,
+                    created_at=utc_now(),
+                    reason=reason,
+                    tree=TreeRecord.of(manifest),
+                    digest=manifest.digest,
+                    files_uploaded=stats.files_uploaded,
+                    bytes_uploaded=stats.bytes_uploaded,
+                    skipped=sorted(stats.skipped + skipped_large),
+                ),
             )
             self.latest = Revision(index, manifest.digest)
             log.info("code revision %d (%s): %d files, %s", index, reason, stats.files, manifest.digest[:12])

@@ -2,7 +2,8 @@
 
 Submission 0 is the baseline; the agent's submissions are 1, 2, …. A submission's score comes
 from `submissions/<n>/result.json` (written by the grader); `dispatch.json` explains a missing
-result. Best-of-budget: the best is the highest valid score, the earliest one on a tie.
+result. Documents are read as `a2rl.records` models; an unreadable one counts as absent.
+Best-of-budget: the best is the highest valid score, the earliest one on a tie.
 In cluster mode the operator's record of a result (the BenchSubmission status) comes first:
 `results(index)` supplies it, and the store's result.json is the fallback.
 """
@@ -14,7 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from a2rl.constants import BASELINE_INDEX
-from a2rl.errors import NotFoundError
+from a2rl.records.base import read_record
+from a2rl.records.dispatch import DispatchRecord, dispatch_key
+from a2rl.records.result import ResultRecord
+from a2rl.records.submission import SubmissionManifest
 from a2rl.scores import Scored
 from a2rl.scores import summarize as summarize_scores
 from a2rl.store.base import ObjectStore
@@ -50,7 +54,7 @@ def summarize(records: list[SubmissionRecord]) -> Summary:
     )
 
 
-ResultSource = Callable[[int], dict[str, Any] | None]
+ResultSource = Callable[[int], ResultRecord | None]
 
 
 class RunState:
@@ -59,12 +63,13 @@ class RunState:
         self.layout = layout
         self.results = results
 
-    def _result(self, index: int) -> dict[str, Any] | None:
+    def result(self, index: int) -> ResultRecord | None:
+        """Submission `index`'s result: from `results` first (cluster mode), else result.json."""
         if self.results is not None:
             found = self.results(index)
             if found is not None:
                 return found
-        return self._maybe_json(self.layout.submission_result(index))
+        return read_record(self.store, self.layout.submission_result(index), ResultRecord)
 
     def indices(self) -> list[int]:
         """Indices with a recorded manifest (submission numbers in use)."""
@@ -77,42 +82,41 @@ class RunState:
                 found.add(int(number))
         return sorted(found)
 
-    def _maybe_json(self, key: str) -> dict[str, Any] | None:
-        try:
-            value = self.store.get_json(key)
-        except NotFoundError:
-            return None
-        return value if isinstance(value, dict) else None
-
     def record(self, index: int) -> SubmissionRecord:
-        manifest = self._maybe_json(self.layout.submission_manifest(index)) or {}
-        result = self._result(index)
+        manifest = (
+            read_record(self.store, self.layout.submission_manifest(index), SubmissionManifest)
+            or SubmissionManifest()
+        )
+        result = self.result(index)
         if result is None:
-            failed = self._maybe_json(f"{self.layout.submission_dir(index)}/dispatch.json")
-            score, error = None, (failed or {}).get("error")
+            failed = read_record(self.store, dispatch_key(self.layout, index), DispatchRecord)
+            score, error = None, failed.error if failed is not None else None
             evaluated = failed is not None
         else:
-            raw = result.get("score")
-            score = float(raw) if isinstance(raw, int | float) else None
-            error, evaluated = result.get("error"), True
+            score, error, evaluated = result.score, result.error, True
         return SubmissionRecord(
             index=index,
-            submitted_at=manifest.get("submitted_at"),
+            submitted_at=manifest.submitted_at,
             score=score,
             error=error,
-            model_digest=manifest.get("model_digest") or (result or {}).get("model_digest"),
-            code_revision=manifest.get("code_revision"),
+            model_digest=manifest.model_digest or (result.model_digest if result is not None else None),
+            code_revision=manifest.code_revision,
             evaluated=evaluated,
         )
 
     def records(self) -> list[SubmissionRecord]:
         indices = self.indices()
-        if BASELINE_INDEX not in indices and self.baseline_result() is not None:
+        if BASELINE_INDEX not in indices and self.baseline_record() is not None:
             indices = [BASELINE_INDEX, *indices]
         return [self.record(i) for i in indices]
 
     def summary(self) -> Summary:
         return summarize(self.records())
 
+    def baseline_record(self) -> ResultRecord | None:
+        return self.result(BASELINE_INDEX)
+
     def baseline_result(self) -> dict[str, Any] | None:
-        return self._result(BASELINE_INDEX)
+        """`baseline_record()` as JSON values (the service copies it into a submission's result)."""
+        record = self.baseline_record()
+        return None if record is None else record.to_json()

@@ -1,21 +1,27 @@
 """`RunHistory`: everything the store holds about one run, as plain immutable values.
 
-`load_history` is the only I/O here. It tolerates what an interrupted run leaves behind: a
-submission without result.json (evaluation in flight or crashed) is kept and counts as invalid
-with the error "no result"; unreadable JSON documents are treated as absent.
+`load_history` is the only I/O here: it reads the store's documents as `a2rl.records` models
+(`RunRecord`, `SubmissionManifest`, `ResultRecord`, `CodeRevision`). It tolerates what an
+interrupted run leaves behind: a submission without result.json (evaluation in flight or crashed)
+is kept and counts as invalid with the error "no result"; unreadable documents (not JSON, not an
+object, not fitting their model) are treated as absent.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from a2rl.constants import BASELINE_INDEX
-from a2rl.errors import NotFoundError
+from a2rl.records.base import read_record
+from a2rl.records.result import ResultRecord
+from a2rl.records.revision import CodeRevision
+from a2rl.records.submission import SubmissionManifest
+from a2rl.records.tree import TreeRecord
 from a2rl.runs import RunInfo, parse_time, read_run_info
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
@@ -43,24 +49,25 @@ class EvalResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> EvalResult:
-        score = data.get("score")
-        metrics = data.get("metrics") or {}
+    def from_record(cls, data: ResultRecord) -> EvalResult:
         return cls(
-            score=_float(score),
-            error=_str(data.get("error")),
-            evaluator_version=_str(data.get("evaluator_version")),
-            backend=_str(data.get("backend")),
-            n=_int(data.get("n")),
-            correct=_int(data.get("correct")),
-            model_digest=_str(data.get("model_digest")),
-            started_at=parse_time(data.get("started_at")),
-            finished_at=parse_time(data.get("finished_at")),
-            duration_s=_float(data.get("duration_s")),
-            metrics={str(k): float(v) for k, v in metrics.items() if _float(v) is not None}
-            if isinstance(metrics, dict)
-            else {},
+            score=_float(data.score),
+            error=_str(data.error),
+            evaluator_version=_str(data.evaluator_version),
+            backend=_str(data.backend),
+            n=data.n,
+            correct=data.correct,
+            model_digest=_str(data.model_digest),
+            started_at=parse_time(data.started_at),
+            finished_at=parse_time(data.finished_at),
+            duration_s=_float(data.duration_s),
+            metrics={k: v for k, v in (data.metrics or {}).items() if _float(v) is not None},
         )
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EvalResult:
+        """From result.json's JSON values (`pydantic.ValidationError` when they do not fit)."""
+        return cls.from_record(ResultRecord.from_json(data))
 
 
 @dataclass(frozen=True)
@@ -100,24 +107,22 @@ class Submission:
         return self.result.score if self.valid and self.result is not None else None
 
     @classmethod
-    def from_json(
-        cls, index: int, manifest: dict[str, Any] | None, result: dict[str, Any] | None
+    def from_records(
+        cls, index: int, manifest: SubmissionManifest | None, result: ResultRecord | None
     ) -> Submission:
-        m = manifest or {}
-        model = m.get("model") if isinstance(m.get("model"), dict) else None
-        files = model.get("files") if model else None
-        parsed = EvalResult.from_json(result) if result is not None else None
+        m = manifest or SubmissionManifest()
+        parsed = EvalResult.from_record(result) if result is not None else None
         return cls(
             index=index,
-            submitted_at=parse_time(m.get("submitted_at")),
-            model_path=_str(m.get("model_path")),
-            model_digest=_str(m.get("model_digest")) or (parsed.model_digest if parsed else None),
-            base_model_digest=_str(m.get("base_model_digest")),
-            identical_to_base=m.get("identical_to_base") is True,
-            code_revision=_int(m.get("code_revision")),
-            code_digest=_str(m.get("code_digest")),
-            model_files=len(files) if isinstance(files, list) else None,
-            model_bytes=_tree_bytes(files),
+            submitted_at=parse_time(m.submitted_at),
+            model_path=_str(m.model_path),
+            model_digest=_str(m.model_digest) or (parsed.model_digest if parsed else None),
+            base_model_digest=_str(m.base_model_digest),
+            identical_to_base=m.identical_to_base,
+            code_revision=m.code_revision,
+            code_digest=_str(m.code_digest),
+            model_files=len(m.model.files) if m.model is not None else None,
+            model_bytes=m.model.total_bytes if m.model is not None else None,
             result=parsed,
         )
 
@@ -139,20 +144,16 @@ class Revision:
         return sum(size for _sha, size in self.files.values())
 
     @classmethod
-    def from_json(cls, index: int, data: dict[str, Any]) -> Revision:
-        tree: dict[str, Any] = data["tree"] if isinstance(data.get("tree"), dict) else {}
-        files: dict[str, tuple[str, int]] = {}
-        for entry in tree.get("files") or []:
-            if isinstance(entry, dict) and isinstance(entry.get("path"), str):
-                files[entry["path"]] = (str(entry.get("sha256", "")), _int(entry.get("size")) or 0)
+    def from_record(cls, index: int, data: CodeRevision) -> Revision:
+        tree = data.tree or TreeRecord()
         return cls(
             index=index,
-            created_at=parse_time(data.get("created_at")),
-            reason=_str(data.get("reason")),
-            digest=_str(data.get("digest")) or _str(tree.get("digest")),
-            files=files,
-            files_uploaded=_int(data.get("files_uploaded")),
-            bytes_uploaded=_int(data.get("bytes_uploaded")),
+            created_at=parse_time(data.created_at),
+            reason=_str(data.reason),
+            digest=_str(data.digest) or _str(tree.digest),
+            files={f.path: (f.sha256, f.size) for f in tree.files},
+            files_uploaded=data.files_uploaded,
+            bytes_uploaded=data.bytes_uploaded,
         )
 
 
@@ -166,9 +167,9 @@ class RunHistory:
     @property
     def base_model_digest(self) -> str | None:
         """The base model's tree digest: from run.json, else the baseline, else any manifest."""
-        base = self.run.raw.get("base_model")
-        if isinstance(base, dict) and isinstance(base.get("digest"), str) and base["digest"]:
-            return str(base["digest"])
+        base = self.run.record.base_model
+        if base is not None and base.digest:
+            return base.digest
         if self.baseline is not None and self.baseline.model_digest:
             return self.baseline.model_digest
         for sub in self.submissions:
@@ -180,22 +181,28 @@ class RunHistory:
 def load_history(store: ObjectStore, layout: RunLayout) -> RunHistory:
     """Read run.json, every submission and every revision of the run at `layout`."""
     run = read_run_info(store, layout)
-    docs: dict[int, dict[str, dict[str, Any] | None]] = {}
+    manifests: dict[int, SubmissionManifest | None] = {}
+    results: dict[int, ResultRecord | None] = {}
     for key in store.list(layout.submissions):
         match = _SUBMISSION_KEY.search(key)
-        if match:
-            docs.setdefault(int(match.group(1)), {})[match.group(2)] = _read_json(store, key)
+        if match is None:
+            continue
+        index = int(match.group(1))
+        if match.group(2) == "manifest":
+            manifests[index] = read_record(store, key, SubmissionManifest)
+        else:
+            results[index] = read_record(store, key, ResultRecord)
     subs = [
-        Submission.from_json(index, parts.get("manifest"), parts.get("result"))
-        for index, parts in sorted(docs.items())
+        Submission.from_records(index, manifests.get(index), results.get(index))
+        for index in sorted(manifests.keys() | results.keys())
     ]
     baseline = next((s for s in subs if s.index == BASELINE_INDEX), None)
     revisions = []
     for key in store.list(layout.revisions):
         match = _REVISION_KEY.search(key)
-        data = _read_json(store, key) if match else None
+        data = read_record(store, key, CodeRevision) if match else None
         if match and data is not None:
-            revisions.append(Revision.from_json(int(match.group(1)), data))
+            revisions.append(Revision.from_record(int(match.group(1)), data))
     return RunHistory(
         run=run,
         baseline=baseline,
@@ -204,20 +211,8 @@ def load_history(store: ObjectStore, layout: RunLayout) -> RunHistory:
     )
 
 
-def _read_json(store: ObjectStore, key: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads(store.get_bytes(key))
-    except (NotFoundError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
-
-
-def _int(value: object) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _float(value: object) -> float | None:
@@ -225,9 +220,3 @@ def _float(value: object) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
-
-
-def _tree_bytes(files: object) -> int | None:
-    if not isinstance(files, list):
-        return None
-    return sum(_int(f.get("size")) or 0 for f in files if isinstance(f, dict))

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from a2rl.records.base import Record
 from a2rl.scores import SCORE_DIGITS, Scored, summarize
 from a2rl.tracing.spans import timeline
 from a2rl_grader.report.history import Revision, RunHistory, Submission
@@ -95,15 +96,11 @@ def baseline_score(history: RunHistory) -> float | None:
 
 
 def _budget(history: RunHistory) -> tuple[float | None, int | None]:
-    budget = history.run.raw.get("budget")
-    if not isinstance(budget, dict):
+    budget = history.run.record.budget
+    if budget is None:
         return None, None
-    wall = budget.get("wall_time_seconds")
-    cap = budget.get("max_submissions")
-    return (
-        float(wall) if isinstance(wall, int | float) and not isinstance(wall, bool) and wall > 0 else None,
-        int(cap) if isinstance(cap, int) and not isinstance(cap, bool) else None,
-    )
+    wall = budget.wall_time_seconds
+    return (float(wall) if wall is not None and wall > 0 else None, budget.max_submissions)
 
 
 def revisions_before(revisions: Sequence[Revision], moment: datetime | None) -> int | None:
@@ -259,13 +256,14 @@ def revision_rows(history: RunHistory) -> list[dict[str, Any]]:
     return rows
 
 
+def _json(record: Record | None) -> dict[str, Any] | None:
+    return None if record is None else record.to_json()
+
+
 def run_section(history: RunHistory) -> dict[str, Any]:
-    raw = history.run.raw
+    record = history.run.record
     layout = history.run.layout
     wall, cap = _budget(history)
-
-    def pick(key: str) -> Any:
-        return raw.get(key)
 
     return {
         "prefix": layout.prefix,
@@ -273,17 +271,17 @@ def run_section(history: RunHistory) -> dict[str, Any]:
         "name": layout.name,
         "uid": layout.uid,
         "task": history.run.task,
-        "mode": pick("mode"),
-        "base_model": pick("base_model"),
-        "agent": pick("agent"),
-        "driver": pick("driver"),
+        "mode": record.mode,
+        "base_model": _json(record.base_model),
+        "agent": _json(record.agent),
+        "driver": record.driver,
         "budget": {"wall_time_seconds": wall, "max_submissions": cap},
-        "evaluator_version": pick("evaluator_version"),
+        "evaluator_version": record.evaluator_version,
         "started_at": iso(history.run.started_at),
-        "deadline": pick("deadline"),
+        "deadline": record.deadline,
         "ended_at": iso(history.run.ended_at),
         "end_reason": history.run.end_reason,
-        "agent_exit_code": pick("agent_exit_code"),
+        "agent_exit_code": record.agent_exit_code,
     }
 
 
