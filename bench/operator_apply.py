@@ -23,12 +23,18 @@ import time
 import uuid
 from pathlib import Path
 
-from a2rl_operator.devenv import OperatorProcess, install_crds, install_rbac, serviceaccount_kubeconfig
-from kubernetes import client, config, watch
-
-from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, LABEL_RUN_NAME
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.support: installing the operator is test tooling
+
+from kubernetes import client, config, watch  # noqa: E402
+
+from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, LABEL_RUN_NAME  # noqa: E402
+from tests.support.operator_install import (  # noqa: E402
+    OperatorProcess,
+    install_crds,
+    install_rbac,
+    serviceaccount_kubeconfig,
+)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from a2rl_operator.devenv import OperatorProcess
 from a2rl_tasks import get_task
 from kubernetes import client
 
@@ -21,6 +20,7 @@ from a2rl.store.base import ObjectStore
 from a2rl.store.open import open_store
 from tests.grading_support import DRAIN_TIMEOUT_S, GRADER_IMAGE, STORE_URI
 from tests.operator_support import persistent_volumes, started_operator
+from tests.support.operator_install import OperatorProcess
 
 
 @pytest.fixture(scope="module")

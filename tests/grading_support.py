@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from a2rl_grader.baseline import baseline_manifest
-from a2rl_operator.devenv import a2rl_executable
 from a2rl_recorder.cluster_dispatch import benchsubmission_body
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -28,6 +27,7 @@ from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, BENCHSUBMISS
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import snapshot_tree
 from a2rl.store.layout import RunLayout
+from tests.support.operator_install import a2rl_executable
 
 STORE_URI = "s3://a2rl-grading/runs"
 GRADER_IMAGE = "ghcr.io/a2rl/grader:test"

@@ -15,10 +15,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from a2rl_operator.devenv import OperatorProcess, install_crds, install_rbac, serviceaccount_kubeconfig
 from kubernetes import client
 
 from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL
+from tests.support.operator_install import (
+    OperatorProcess,
+    install_crds,
+    install_rbac,
+    serviceaccount_kubeconfig,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 OPERATOR_NS = "a2rl-system"

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import yaml
-from a2rl_operator import grading_config as gc
+from a2rl_operator.grading import config as gc
 
 from a2rl import constants as c
 

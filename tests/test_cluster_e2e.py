@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from a2rl_operator.devenv import OperatorProcess, serviceaccount_kubeconfig
 from kubernetes import client
 
 from a2rl.constants import API_GROUP, API_VERSION, BENCHSUBMISSION_PLURAL, LABEL_COMPONENT, LABEL_RUN_UID
@@ -54,6 +53,7 @@ from tests.grading_support import (
     wait_state,
 )
 from tests.operator_support import RESTRICTED, get_run, wait_run
+from tests.support.operator_install import OperatorProcess, serviceaccount_kubeconfig
 
 # ~8 min on 2 idle cores (two training rounds); a loaded CI runner gets twice pyproject's 900 s.
 pytestmark = [pytest.mark.cluster, pytest.mark.minio, pytest.mark.slow, pytest.mark.timeout(1800)]

@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from a2rl_operator.devenv import OperatorProcess
-from a2rl_operator.pss import restricted_violations
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -29,6 +27,8 @@ from tests.operator_support import (
     started_operator,
     wait_run,
 )
+from tests.support.operator_install import OperatorProcess
+from tests.support.pss import restricted_violations
 
 pytestmark = [pytest.mark.cluster, pytest.mark.minio]
 

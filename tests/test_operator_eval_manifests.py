@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from a2rl_operator import grading as gr
 from a2rl_operator import status as st
+from a2rl_operator.benchrun import problem
 from a2rl_operator.config import Egress, OperatorConfig
-from a2rl_operator.grading_config import GradingConfig
-from a2rl_operator.handlers import problem
+from a2rl_operator.grading import decisions as gr
+from a2rl_operator.grading.config import GradingConfig
 from a2rl_operator.manifests import children, parse_spec
 from a2rl_operator.manifests.eval_job import (
-    FETCH_HELDOUT_SCRIPT,
     HELDOUT_DIR,
     EvalTarget,
     eval_job,
@@ -26,6 +25,7 @@ from a2rl_operator.manifests.eval_job import (
 )
 from a2rl_operator.manifests.grading_network import (
     UrlPeerError,
+    egress_problems,
     endpoint_urls,
     grading_network_policy,
     grading_policy_name,
@@ -33,7 +33,6 @@ from a2rl_operator.manifests.grading_network import (
 )
 from a2rl_operator.manifests.network import DNS_RULE, NS_NAME_LABEL, GatewayPeer
 from a2rl_operator.manifests.report_job import report_job
-from a2rl_operator.pss import restricted_violations
 from a2rl_recorder.dispatch import LocalDispatcher
 from a2rl_tasks import TASKS, get_task, task_class
 
@@ -52,6 +51,7 @@ from a2rl.errors import A2rlError
 from a2rl.store.layout import RunLayout
 from a2rl.store.open import open_store
 from a2rl.tracing.context import carrier_json, new_traceparent
+from tests.support.pss import restricted_violations
 
 UID = "0b7c1f7e-1111-2222-3333-444455556666"
 SUB_UID = "9d9d9d9d-1111-2222-3333-444455556666"
@@ -175,11 +175,8 @@ def test_heldout_and_judge_key_are_mounted_only_in_the_eval_pod() -> None:
     ]
     assert not any(e["name"] == ENV_JUDGE_API_KEY for e in fetch["env"])
     assert {"name": "heldout", "mountPath": HELDOUT_DIR, "readOnly": True} in ev["volumeMounts"]
-    assert fetch["command"][:2] == ["python", "-c"] and fetch["command"][3:] == [
-        STORE,
-        HELDOUT_KEY,
-        HELDOUT_DIR,
-    ]
+    assert fetch["command"] == ["a2rl", "eval", "fetch-heldout", "--task", "arith", "--seed", "0",
+                                "--store", STORE, "--dest", HELDOUT_DIR]  # fmt: skip
     # The workspace (agent + recorder) has neither the held-out data nor the judge key.
     workspace = json.dumps(children(run, OperatorConfig(store_uri=STORE)))
     assert "judge" not in workspace and "heldout" not in workspace and HELDOUT_DIR not in workspace
@@ -207,28 +204,39 @@ def test_run_with_its_own_store_secret_passes_it_to_eval_and_report() -> None:
         assert c["envFrom"] == [{"secretRef": {"name": "demo-store"}}, {"secretRef": {"name": "my-keys"}}]
 
 
-def test_fetch_heldout_program_downloads_and_verifies_the_artifact(tmp_path: Path) -> None:
-    """The init container's program, run for real against a store with a staged artifact."""
-    from a2rl_tasks import get_task
-    from a2rl_tasks.artifacts import stage_to_store, store_prefix
+def a2rl(*args: str) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "a2rl"
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_fetch_heldout_command_downloads_and_verifies_the_artifact(tmp_path: Path) -> None:
+    """The init container's command (`a2rl eval fetch-heldout`), run for real against a store."""
+    from a2rl_tasks.artifacts import heldout_key, stage_to_store
 
     store = open_store(str(tmp_path / "store"))
     task = get_task("arith")
+    fetch = ["eval", "fetch-heldout", "--task", "arith", "--seed", "0", "--store", store.uri]
+    # Not staged: one clear line naming the command that stages it, no traceback.
+    missing = a2rl(*fetch, "--dest", str(tmp_path / "h0"))
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert missing.stderr.strip() == (
+        f"a2rl: error: held-out data not staged at {store.url_for(heldout_key(task, 0))}: "
+        f"run `a2rl data stage arith --seed 0 --store {store.uri}`"
+    )
     staged = stage_to_store(task, store, source=None, seed=0)
-    key = f"{store_prefix(task, 0)}/heldout"
+    key = heldout_key(task, 0)
+    assert key == HELDOUT_KEY
     dest = tmp_path / "heldout"
-    proc = subprocess.run([sys.executable, "-c", FETCH_HELDOUT_SCRIPT, store.uri, key, str(dest)],
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    proc = a2rl(*fetch, "--dest", str(dest))
     assert proc.returncode == 0, proc.stderr
-    assert staged["heldout"]["digest"] in proc.stdout
+    assert staged["heldout"]["digest"] in proc.stdout and key in proc.stdout
     manifest = json.loads((dest / "manifest.json").read_text())
     assert manifest["split"] == "heldout" and all((dest / rel).is_file() for rel in manifest["files"])
     # A corrupted artifact is refused (checksums), so the eval Job fails instead of scoring on it.
     first = next(iter(manifest["files"]))
     store.put_bytes(f"{key}/{first}", b"tampered\n")
-    bad = subprocess.run([sys.executable, "-c", FETCH_HELDOUT_SCRIPT, store.uri, key, str(tmp_path / "h2")],
-                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
-    assert bad.returncode != 0
+    bad = a2rl(*fetch, "--dest", str(tmp_path / "h2"))
+    assert bad.returncode != 0 and "does not match its manifest" in bad.stderr
 
 
 def test_report_job_runs_a2rl_report_owned_by_the_run() -> None:
@@ -591,9 +599,9 @@ def test_url_peer_refuses_what_a_network_policy_cannot_express() -> None:
     assert problem(benchrun(task="alpacaeval", evaluation={"judge": JUDGE}), NET_CONFIG) is None
     cfg = GradingConfig.from_env({"A2RL_GRADER_IMAGE": "g:1", ENV_JUDGE_BASE_URL: "https://judge.example.com/v1",
                                   ENV_SEARCH_URL: "http://search.tools/api"})  # fmt: skip
-    (bad,) = cfg.egress_problems()
+    (bad,) = egress_problems(cfg)
     assert bad.startswith(f"{ENV_JUDGE_BASE_URL}: host 'judge.example.com'")
-    assert GRADING.egress_problems() == []
+    assert egress_problems(GRADING) == []
 
 
 def test_the_runs_judge_reaches_its_eval_pods_only_and_overrides_the_operators() -> None:
@@ -626,7 +634,7 @@ def test_the_runs_judge_reaches_its_eval_pods_only_and_overrides_the_operators()
 
 def test_baseline_cache_key_and_run_json_name_the_runs_judge() -> None:
     """The operator keys the baseline cache with the evaluator version the eval pod computes."""
-    from a2rl_operator.submissions import _baseline_cache_key
+    from a2rl_operator.benchsubmission import _baseline_cache_key
 
     grading = GradingConfig(grader_image="g:1", eval_env={ENV_JUDGE_BASE_URL: "http://judge:8000/v1",
                                                            ENV_JUDGE_MODEL: "default-judge"})  # fmt: skip

@@ -12,7 +12,6 @@ from a2rl_operator.manifests import children, parse_spec
 from a2rl_operator.manifests.common import MAX_NAME, child_name
 from a2rl_operator.manifests.job import active_deadline_seconds, workspace_job
 from a2rl_operator.manifests.network import GatewayError, network_policy, parse_gateway
-from a2rl_operator.pss import restricted_violations
 from a2rl_recorder.config import RecorderConfig
 
 from a2rl.constants import (
@@ -29,6 +28,7 @@ from a2rl.constants import (
 )
 from a2rl.errors import A2rlError
 from a2rl.tracing.context import carrier_json, new_traceparent, traceparent_from_carrier
+from tests.support.pss import restricted_violations
 
 UID = "0b7c1f7e-1111-2222-3333-444455556666"
 CONFIG = OperatorConfig(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from a2rl_operator.rbac import RULES, chart_template, rules_from_chart
+from a2rl_operator.rbac import RULES, chart_template
+
+from tests.support.chart_rbac import rules_from_chart
 
 CHART_RBAC = Path(__file__).resolve().parents[1] / "charts" / "a2rl" / "templates" / "rbac.yaml"
 

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from a2rl_grader.baseline import baseline_cache_key
 from a2rl_grader.evaluate import write_result
-from a2rl_operator.devenv import OperatorProcess
 from a2rl_tasks import get_task
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -49,6 +48,7 @@ from tests.grading_support import (
     wait_state,
 )
 from tests.operator_support import RESTRICTED, condition, get_run, wait_run
+from tests.support.operator_install import OperatorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.minio]
 
@@ -125,6 +125,7 @@ def test_submissions_are_evaluated_in_eval_jobs_and_the_run_is_graded(
     mounts = {"/var/run/a2rl/heldout": tmp_path / "heldout", "/tmp": tmp_path / "scratch"}
     fetched = play(admin, pod, "fetch-heldout", mounts)
     assert fetched.returncode == 0, fetched.stderr
+    assert fetched.stdout.startswith("held-out data data/arith/")  # `a2rl eval fetch-heldout`
     assert (tmp_path / "heldout" / "manifest.json").is_file()
     evaluated = play(admin, pod, "eval", mounts)
     assert evaluated.returncode == 0, evaluated.stderr

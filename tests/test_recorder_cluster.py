@@ -44,7 +44,7 @@ OUTAGE_S = 30
 
 @pytest.fixture(scope="module")
 def admin(control_plane: Any) -> client.ApiClient:
-    from a2rl_operator.devenv import install_crds
+    from tests.support.operator_install import install_crds
 
     api = control_plane.api_client()
     install_crds(api, REPO / "crds")

@@ -1,4 +1,5 @@
-"""`a2rl eval submission|baseline`: the crash-isolated evaluation process (also the eval Job command)."""
+"""`a2rl eval submission|baseline`: the crash-isolated evaluation process (also the eval Job command);
+`a2rl eval fetch-heldout`: the eval Job's init container (the task's held-out data from the store)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--base-name", default=None, help="name under models/ in the workspace (default: dir name)"
     )
     b.set_defaults(func=_baseline)
+
+    f = esub.add_parser(
+        "fetch-heldout",
+        help="download a task's staged held-out data from the store, every checksum verified",
+        description="Fetch the held-out artifact staged by `a2rl data stage TASK --seed S --store URI` "
+        "into DEST (the eval Job's init container).",
+    )
+    f.add_argument("--task", required=True, help="task id, e.g. arith")
+    f.add_argument("--seed", type=int, default=0, help="the staging seed (default 0)")
+    f.add_argument("--store", required=True, help="store URI (file:///… or s3://bucket/prefix)")
+    f.add_argument("--dest", type=Path, required=True, help="directory to write the artifact into")
+    f.set_defaults(func=_fetch_heldout)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -105,4 +118,17 @@ def _baseline(args: argparse.Namespace) -> int:
         )
         sp.set_attribute("a2rl.eval.cached", bool(result.get("cached")))
     print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+def _fetch_heldout(args: argparse.Namespace) -> int:
+    from a2rl_tasks import get_task
+    from a2rl_tasks.artifacts import fetch_heldout, heldout_key
+
+    from a2rl.store.open import open_store
+
+    task = get_task(args.task)
+    manifest = fetch_heldout(open_store(args.store), task, args.seed, args.dest)
+    key = heldout_key(task, args.seed)
+    print(f"held-out data {key}: {len(manifest['files'])} file(s), digest {manifest['digest']}")
     return 0

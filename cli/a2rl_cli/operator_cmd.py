@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from a2rl.errors import A2rlError
+
+if TYPE_CHECKING:
+    from a2rl_operator.config import OperatorConfig
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,7 +57,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def _config(args: argparse.Namespace) -> object:
+def _config(args: argparse.Namespace) -> OperatorConfig:
     from a2rl_operator.config import (
         Egress,
         OperatorConfig,
@@ -61,6 +65,7 @@ def _config(args: argparse.Namespace) -> object:
         parse_egress,
         store_credentials_from_env,
     )
+    from a2rl_operator.grading.config import GradingConfig
 
     apiserver = [parse_egress(e) for e in args.apiserver_egress]
     host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
@@ -84,6 +89,7 @@ def _config(args: argparse.Namespace) -> object:
         store_credentials=store_credentials_from_env(os.environ),
         store_egress=store_egress,
         apiserver_egress=tuple(apiserver),
+        grading=GradingConfig.from_env(os.environ),
         **overrides,
     )
 
@@ -97,11 +103,9 @@ def run(args: argparse.Namespace) -> int:
         os.environ["KUBECONFIG"] = args.kubeconfig
     operator_config = _config(args)
 
-    import a2rl_operator.endofrun  # grading handlers (registered after the workspace ones it imports)
-    import a2rl_operator.handlers  # noqa: F401  (registers the handlers)
     import kopf
-    from a2rl_operator.handlers import MAX_WORKERS
     from a2rl_operator.kube import Kube
+    from a2rl_operator.registry import MAX_WORKERS, build_registry
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
@@ -119,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     memo = kopf.Memo(kube=Kube(client.ApiClient(api_config)), config=operator_config)
     kopf.configure(verbose=args.verbose, debug=args.verbose)
     kopf.run(
+        registry=build_registry(operator_config),
         standalone=True,  # one replica (Recreate); no kopf peering objects, no extra RBAC
         clusterwide=not args.namespace,
         namespaces=args.namespace,

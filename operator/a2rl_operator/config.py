@@ -1,4 +1,7 @@
-"""Operator-wide settings: images, the default store, egress peers. Read once at start-up."""
+"""Operator-wide settings: images, the default store, egress peers, grading. Read once at start-up
+(`a2rl operator` builds one `OperatorConfig` from its flags and environment, hands it to
+`registry.build_registry` and to every handler through kopf's `memo.config`); nothing is read
+from the environment at import."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from dataclasses import dataclass, field
 
 from a2rl.constants import ENV_S3_ACCESS_KEY, ENV_S3_ENDPOINT, ENV_S3_SECRET_KEY, ENV_STORE_URI
 from a2rl.errors import A2rlError
+from a2rl_operator.grading.config import GradingConfig
 
 DEFAULT_RECORDER_IMAGE = "ghcr.io/a2rl/recorder:0.1.0"
 # The workspace set-up container builds/copies the base model and reads the task registry: it
@@ -46,6 +50,8 @@ class OperatorConfig:
     setup_memory: str = "4Gi"
     #: Seconds the finalizer may wait for artifact retention before it lets the BenchRun go.
     finalizer_timeout_s: int = 300
+    #: Eval Jobs, the end of a run and the report Job (`A2RL_GRADER_IMAGE` …); default: grading off.
+    grading: GradingConfig = field(default_factory=GradingConfig)
 
 
 def parse_egress(text: str) -> Egress:

@@ -9,7 +9,7 @@ written with `replace` guarded by resourceVersion, retried on 409, so concurrent
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from kubernetes import client
@@ -43,6 +43,17 @@ def _raw(response: Any) -> Obj:
     client cost CPU per object on every read, and the operator works with wire dicts anyway."""
     data: Obj = json.loads(response.data)
     return data
+
+
+def plain(body: Mapping[str, Any]) -> Obj:
+    """A handler's kopf.Body as a wire dict (what the manifest builders and decisions take)."""
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": dict(body["metadata"]),
+        "spec": dict(body.get("spec") or {}),
+        "status": dict(body.get("status") or {}),
+    }
 
 
 class NameConflictError(Exception):

@@ -141,13 +141,5 @@ def chart_template() -> str:
     return _HEADER + rules + _FOOTER
 
 
-def rules_from_chart(text: str) -> list[Rule]:
-    """The rules in a rendered chart template (for the drift test)."""
-    start = text.index("\nrules:")
-    end = text.index("\n---", start)
-    rules: list[Rule] = yaml.safe_load(text[start:end])["rules"]
-    return rules
-
-
 if __name__ == "__main__":
     sys.stdout.write(chart_template())

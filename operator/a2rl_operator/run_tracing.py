@@ -20,7 +20,7 @@ from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import TraceParent, traceparent_from_annotations
 from a2rl.tracing.setup import Tracing
 from a2rl.tracing.spans import ATTR_RUN_PREFIX
-from a2rl_operator.grading_store import open_cached
+from a2rl_operator.grading.store import open_cached
 
 Body = dict[str, Any]
 ROOT_SPAN = "benchrun"

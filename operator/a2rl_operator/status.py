@@ -298,7 +298,7 @@ def observe(obs: Observation, conds: Sequence[Cond], agent_container: str = "age
     finish = agent_finish(job, pod)
     if finish is not None:
         changes += [Change(COND_AGENT_RUNNING, FALSE, finish.reason, finish.message), finish]
-        # A run being graded (`Graded` set, a2rl_operator.endofrun) ends after its report instead.
+        # A run being graded (`Graded` set, a2rl_operator.benchrun) ends after its report instead.
         if get_condition(conds, COND_GRADED) is None:
             changes.append(terminal_for(finish))
     return changes

@@ -12,7 +12,9 @@ the train artifact: the check is by content, not by file name.
 
 `a2rl data stage TASK` writes by default into the local data cache where `a2rl run` looks
 (`a2rl_tasks.staging.cached_dir(task, seed)`), or into `--out DIR`, or uploads to
-`--store URI` under `data/<task>/<data_version>-seed<seed>/{train,heldout}/`.
+`--store URI` under `data/<task>/<data_version>-seed<seed>/{train,heldout}/`. In a cluster, each
+eval pod's init container fetches the held-out artifact back with `fetch_heldout` (`a2rl eval
+fetch-heldout`), every checksum verified.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from a2rl.errors import A2rlError
+from a2rl.errors import A2rlError, NotFoundError
 from a2rl.store.base import ObjectStore
 from a2rl_tasks.base import StagedData, Task
 from a2rl_tasks.staging import HELDOUT, TRAIN, cached_dir
@@ -282,6 +284,21 @@ def fetch_artifact(store: ObjectStore, prefix: str, dest: Path) -> dict[str, Any
         store.get_file(f"{prefix}/{rel}", dest / rel)
     write_manifest(dest, manifest)
     return verify_artifact(dest)
+
+
+def heldout_key(task: Task, seed: int) -> str:
+    """Store key of the task's staged held-out artifact (`a2rl data stage TASK --seed S --store`)."""
+    return f"{store_prefix(task, seed)}/{HELDOUT}"
+
+
+def fetch_heldout(store: ObjectStore, task: Task, seed: int, dest: Path) -> dict[str, Any]:
+    """Download the task's staged held-out artifact into `dest` and verify every checksum; a
+    one-line NotFoundError naming the command that stages it when it is not staged."""
+    key = heldout_key(task, seed)
+    if not store.exists(f"{key}/{MANIFEST}"):
+        command = f"a2rl data stage {task.name} --seed {seed} --store {store.uri}"
+        raise NotFoundError(f"held-out data not staged at {store.url_for(key)}: run `{command}`")
+    return fetch_artifact(store, key, dest)
 
 
 def stage_to_store(task: Task, store: ObjectStore, *, source: str | None, seed: int = 0) -> dict[str, Any]:

@@ -1,13 +1,13 @@
 """The eval Job of one BenchSubmission: a fresh pod that evaluates the stored snapshot.
 
-What only this pod gets: the held-out data (fetched from the store by an init container into an
-emptyDir, or a read-only PVC), the judge credentials (`spec.evaluation.judgeSecretRef`) and the
-judge's endpoint and model (`spec.evaluation.judge`, else the operator's `A2RL_JUDGE_*`). It
-gets the store credentials (the run's store Secret) to read the snapshot and write
-`result.json`; no ServiceAccount token; the restricted security context with a read-only root
-filesystem (scratch space is an emptyDir at /tmp). Its resources, GPUs included, come from
-`spec.evaluation`. The command is the local dispatcher's (`a2rl eval submission …`), which
-never enables `trust_remote_code` and never reaches a model hub.
+What only this pod gets: the held-out data (fetched from the store by an init container, `a2rl
+eval fetch-heldout`, into an emptyDir; or a read-only PVC), the judge credentials
+(`spec.evaluation.judgeSecretRef`) and the judge's endpoint and model (`spec.evaluation.judge`,
+else the operator's `A2RL_JUDGE_*`). It gets the store credentials (the run's store Secret) to
+read the snapshot and write `result.json`; no ServiceAccount token; the restricted security
+context with a read-only root filesystem (scratch space is an emptyDir at /tmp). Its resources,
+GPUs included, come from `spec.evaluation`. The command is the local dispatcher's (`a2rl eval
+submission …`), which never enables `trust_remote_code` and never reaches a model hub.
 
 The BenchSubmission is the controller owner: the Job goes with the submission (and the
 submission with its BenchRun).
@@ -29,7 +29,7 @@ from a2rl.constants import (
 )
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
-from a2rl_operator.grading_config import GradingConfig
+from a2rl_operator.grading.config import GradingConfig
 from a2rl_operator.manifests.common import Body, Manifest, child_name, guaranteed, run_labels
 from a2rl_operator.manifests.job import RUN_AS_UID, restricted_security_context
 from a2rl_operator.manifests.secret import store_env_from
@@ -51,13 +51,6 @@ SCRATCH_ENV = {
     ENV_CACHE_DIR: f"{SCRATCH_DIR}/a2rl-cache",
     "PYTHONUNBUFFERED": "1",
 }
-#: The init container's program: download the held-out artifact and verify every checksum.
-FETCH_HELDOUT_SCRIPT = (
-    "import sys; from pathlib import Path; "
-    "from a2rl.store.open import open_store; from a2rl_tasks.artifacts import fetch_artifact; "
-    "m = fetch_artifact(open_store(sys.argv[1]), sys.argv[2], Path(sys.argv[3])); "
-    'print(f\'held-out data {sys.argv[2]}: {len(m["files"])} file(s), digest {m["digest"]}\')'
-)
 
 
 @dataclass(frozen=True)
@@ -158,12 +151,24 @@ def heldout_mount(target: EvalTarget, grading: GradingConfig) -> Manifest:
     return mount
 
 
+def fetch_command(spec: BenchRunSpec, target: EvalTarget) -> list[str]:
+    """`a2rl eval fetch-heldout`: the run's task and seed's held-out artifact (`target.heldout_key`),
+    every checksum verified, into the held-out volume."""
+    return [
+        "a2rl", "eval", "fetch-heldout",
+        "--task", spec.task,
+        "--seed", str(spec.seed),
+        "--store", target.store_uri,
+        "--dest", HELDOUT_DIR,
+    ]  # fmt: skip
+
+
 def fetch_container(run: Body, spec: BenchRunSpec, target: EvalTarget, grading: GradingConfig) -> Manifest:
     amounts = {"cpu": grading.eval_fetch_cpu, "memory": grading.eval_fetch_memory}
     return {
         "name": FETCH_CONTAINER,
         "image": grading.grader_image,
-        "command": ["python", "-c", FETCH_HELDOUT_SCRIPT, target.store_uri, target.heldout_key, HELDOUT_DIR],
+        "command": fetch_command(spec, target),
         "env": _env(SCRATCH_ENV),
         "envFrom": store_env_from(run, spec),
         "resources": guaranteed(amounts),

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from a2rl.constants import COMPONENT_EVAL, COMPONENT_REPORT, LABEL_COMPONENT, LABEL_RUN_UID
 from a2rl_operator.config import OperatorConfig
+from a2rl_operator.grading.config import ENDPOINT_ENV, GradingConfig
 from a2rl_operator.manifests.common import Body, Manifest, child_name, object_meta
 from a2rl_operator.manifests.network import (
     DNS_RULE,
@@ -77,6 +78,18 @@ def url_peer(url: str, namespace: str) -> GatewayPeer:
 def endpoint_urls(endpoint_env: Iterable[str], eval_env: Mapping[str, str]) -> list[str]:
     """The URLs the evaluation calls: `eval_env`'s values of the task's `endpoint_env` names."""
     return [eval_env[k].strip() for k in endpoint_env if eval_env.get(k, "").strip()]
+
+
+def egress_problems(grading: GradingConfig) -> list[str]:
+    """The operator's forwarded service URLs the eval pods' NetworkPolicy cannot allow (host names)."""
+    problems = []
+    for name, url in grading.eval_env.items():
+        if name in ENDPOINT_ENV:
+            try:
+                url_peer(url, "default")
+            except UrlPeerError as exc:
+                problems.append(f"{name}: {exc}")
+    return problems
 
 
 def grading_network_policy(body: Body, urls: Iterable[str], config: OperatorConfig) -> Manifest:

@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from a2rl_operator.rbac import cluster_role, cluster_role_binding
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-
-from a2rl_operator.rbac import cluster_role, cluster_role_binding
 
 OPERATOR_NAME = "a2rl-operator"
 

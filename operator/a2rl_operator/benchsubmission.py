@@ -1,9 +1,12 @@
-"""kopf handlers for BenchSubmissions: admit, evaluate in an eval Job, copy the result into status.
+"""Everything the operator does with BenchSubmissions: admit, evaluate in an eval Job, copy the
+result into status, and keep the run's aggregate scores; `register` adds the kopf handlers to a
+registry (`registry.build_registry`).
 
 Every step is recomputed from what is observed (the submission, its run, its eval Job, the
 store), so any handler may run any number of times: on a BenchSubmission event, on an eval Job
-event, and from the run's resync timer (`endofrun.py`), which also catches missed events.
-Grading is active only when the operator has a grader image (`A2RL_GRADER_IMAGE`).
+event, and from the run's grading resync timer (`benchrun.py`), which also catches missed events.
+Grading is active only when the operator has a grader image (`A2RL_GRADER_IMAGE`,
+`OperatorConfig.grading`).
 
 Per submission:
 1. refused (`Rejected`) when its run is gone or finished, it is over `spec.budget.maxSubmissions`,
@@ -17,7 +20,7 @@ Per submission:
    failed without a result makes the submission `Failed` (the run goes on). The pod's log is
    archived to the store; a scored baseline is added to the cache;
 5. the run's aggregate (`submissionCount`, `baselineScore`, `bestScore`, `bestSubmission`,
-   `improvement`) is recomputed from all its submissions.
+   `improvement`) is recomputed from all its submissions (written by `status_writer`).
 """
 
 from __future__ import annotations
@@ -28,9 +31,8 @@ from typing import Any
 
 import kopf
 from a2rl_grader.baseline import baseline_cache_key
-from a2rl_tasks import get_task, task_class
-from a2rl_tasks.artifacts import store_prefix
-from a2rl_tasks.staging import HELDOUT
+from a2rl_tasks import get_task
+from a2rl_tasks.artifacts import heldout_key
 
 from a2rl.api.benchrun import BenchRunSpec
 from a2rl.api.benchsubmission import BenchSubmissionSpec, SubmissionState
@@ -48,23 +50,18 @@ from a2rl.constants import (
 from a2rl.runs import parse_time
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.spans import ATTR_SUBMISSION_INDEX
-from a2rl_operator import grading as gr
-from a2rl_operator import grading_kube as gk
 from a2rl_operator import status as st
 from a2rl_operator.config import OperatorConfig
-from a2rl_operator.grading_config import GradingConfig
-from a2rl_operator.grading_store import RunStore
-from a2rl_operator.kube import Kube, NameConflictError, NamespaceTerminatingError
+from a2rl_operator.grading import decisions as gr
+from a2rl_operator.grading import kube as gk
+from a2rl_operator.grading.store import RunStore
+from a2rl_operator.kube import Kube, NameConflictError, NamespaceTerminatingError, plain
 from a2rl_operator.manifests import parse_spec
 from a2rl_operator.manifests.eval_job import EvalTarget, eval_job, eval_job_name
-from a2rl_operator.manifests.grading_network import (
-    UrlPeerError,
-    endpoint_urls,
-    grading_network_policy,
-    grading_policy_name,
-)
+from a2rl_operator.manifests.grading_network import UrlPeerError, grading_policy_name
 from a2rl_operator.manifests.secret import store_uri
 from a2rl_operator.run_tracing import now_ns, operator_tracing, record_run_span
+from a2rl_operator.status_writer import write_status
 
 Body = dict[str, Any]
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -72,32 +69,6 @@ EVAL_JOB_LABELS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_EVAL
 WARNING_REASONS = frozenset(
     {gr.R_EVAL_JOB_FAILED, gr.R_EVAL_TIMED_OUT, gr.R_NO_RESULT, gr.R_HELDOUT_MISSING, gr.R_EVALUATION_ERROR}
 )
-
-
-def grading_of(memo: Any) -> GradingConfig:
-    grading = memo.get("grading") if hasattr(memo, "get") else None
-    return grading if isinstance(grading, GradingConfig) else GradingConfig()
-
-
-@kopf.on.startup()
-def _grading_startup(memo: Any, logger: Logger, **_: Any) -> None:
-    memo.grading = GradingConfig.from_env()
-    if memo.grading.enabled:
-        logger.info("grading on: eval and report Jobs use %s", memo.grading.grader_image)
-        for problem in memo.grading.egress_problems():
-            logger.error("%s: runs of judge-based tasks without spec.evaluation.judge will fail", problem)
-    else:
-        logger.info("grading off (no A2RL_GRADER_IMAGE): runs end when their agent does")
-
-
-def ensure_grading_policy(
-    kube: Kube, config: OperatorConfig, grading: GradingConfig, run: Body, spec: BenchRunSpec
-) -> bool:
-    """Get-or-create the run's grading NetworkPolicy (before any of its eval or report pods).
-    Raises UrlPeerError when a service URL the task's evaluation calls cannot be allowed."""
-
-    urls = endpoint_urls(task_class(spec.task).endpoint_env, grading.run_eval_env(spec))
-    return kube.ensure(grading_network_policy(run, urls, config), run["metadata"]["uid"])
 
 
 # --- one submission -----------------------------------------------------------------------------
@@ -125,13 +96,11 @@ def write(kube: Kube, sub: Body, update: gr.SubmissionUpdate) -> bool:
 def refresh_aggregate(kube: Kube, namespace: str, run_name: str) -> None:
     """Recompute the run's scores from its submissions (no write when nothing changed)."""
 
-    def mutate(run: Body) -> Body | None:
-        old = dict(run.get("status") or {})
+    def edit(run: Body, status: Body) -> Body:
         subs = gk.list_submissions(kube, namespace, run_name, run["metadata"]["uid"])
-        new = gr.with_aggregate(old, gr.aggregate(subs))
-        return None if new == old else new
+        return gr.with_aggregate(status, gr.aggregate(subs))
 
-    kube.update_status(namespace, run_name, mutate)
+    write_status(kube, namespace, run_name, edit=edit)
 
 
 def _baseline_cache_key(task: str, model_digest: str, limit: int | None, eval_env: dict[str, str]) -> str:
@@ -141,8 +110,7 @@ def _baseline_cache_key(task: str, model_digest: str, limit: int | None, eval_en
 
 
 def _heldout_key(task: str, seed: int) -> str:
-
-    return f"{store_prefix(get_task(task), seed)}/{HELDOUT}"
+    return heldout_key(get_task(task), seed)
 
 
 def _pod_detail(kube: Kube, namespace: str, job_name: str) -> tuple[str | None, Body | None]:
@@ -173,9 +141,7 @@ class _Context:
     cache_key: str | None
 
 
-def process_submission(
-    kube: Kube, config: OperatorConfig, grading: GradingConfig, sub: Body, logger: Logger
-) -> None:
+def process_submission(kube: Kube, config: OperatorConfig, sub: Body, logger: Logger) -> None:
     """Move one submission one step forward (idempotent)."""
     meta = sub["metadata"]
     ns = meta["namespace"]
@@ -197,10 +163,9 @@ def process_submission(
         write(kube, sub, gr.failed(gr.R_NO_RESULT, "the run has no object store"))
         return
     rmeta = run["metadata"]
+    eval_env = config.grading.run_eval_env(run_spec)
     cache_key = (
-        _baseline_cache_key(
-            run_spec.task, spec.model_digest, run_spec.evaluation.limit, grading.run_eval_env(run_spec)
-        )
+        _baseline_cache_key(run_spec.task, spec.model_digest, run_spec.evaluation.limit, eval_env)
         if spec.index == BASELINE_INDEX
         else None
     )
@@ -216,14 +181,15 @@ def process_submission(
     )
     job = kube.get_job(ns, ctx.job_name)
     if job is None:
-        _start(kube, config, grading, ctx, logger)
+        _start(kube, config, ctx, logger)
     else:
         _observe(kube, ctx, job, logger)
 
 
-def _start(kube: Kube, config: OperatorConfig, grading: GradingConfig, ctx: _Context, logger: Logger) -> None:
+def _start(kube: Kube, config: OperatorConfig, ctx: _Context, logger: Logger) -> None:
     """Admission, the baseline cache, then the eval Job. Only a submission without a Job is
     admitted: one already evaluating finishes even when the run ends meanwhile."""
+    grading = config.grading
     meta = ctx.sub["metadata"]
     ns = meta["namespace"]
     created = parse_time(meta.get("creationTimestamp"))
@@ -252,7 +218,7 @@ def _start(kube: Kube, config: OperatorConfig, grading: GradingConfig, ctx: _Con
     manifest = eval_job(ctx.run, ctx.sub, ctx.run_spec, target, grading)
     started_ns = now_ns()
     try:
-        if ensure_grading_policy(kube, config, grading, ctx.run, ctx.run_spec):
+        if gk.ensure_grading_policy(kube, config, ctx.run, ctx.run_spec):
             logger.info("BenchRun %s/%s: created NetworkPolicy %s", ns, ctx.spec.run_name,
                         grading_policy_name(ctx.run))  # fmt: skip
         if kube.ensure(manifest, meta["uid"]):
@@ -307,15 +273,13 @@ def _observe(kube: Kube, ctx: _Context, job: Body, logger: Logger) -> None:
     refresh_aggregate(kube, ns, ctx.spec.run_name)
 
 
-def resync_submissions(
-    kube: Kube, config: OperatorConfig, grading: GradingConfig, run: Body, logger: Logger
-) -> None:
+def resync_submissions(kube: Kube, config: OperatorConfig, run: Body, logger: Logger) -> None:
     """Process every unfinished submission of the run (safety net for missed events)."""
     meta = run["metadata"]
     for sub in gk.list_submissions(kube, meta["namespace"], meta["name"], meta["uid"]):
         if not gr.is_terminal_state(gr.sub_state(sub)):
             try:
-                process_submission(kube, config, grading, sub, logger)
+                process_submission(kube, config, sub, logger)
             except Exception:
                 logger.exception(
                     "BenchSubmission %s/%s: step failed", meta["namespace"], sub["metadata"]["name"]
@@ -325,28 +289,16 @@ def resync_submissions(
 # --- handlers ---------------------------------------------------------------------------------
 
 
-def _plain(body: kopf.Body) -> Body:
-    return {
-        "apiVersion": body.get("apiVersion"),
-        "kind": body.get("kind"),
-        "metadata": dict(body["metadata"]),
-        "spec": dict(body.get("spec") or {}),
-        "status": dict(body.get("status") or {}),
-    }
-
-
-@kopf.on.event(API_GROUP, API_VERSION, BENCHSUBMISSION_PLURAL)
 def on_submission(body: kopf.Body, memo: Any, type: str | None, logger: Logger, **_: Any) -> None:
-    grading = grading_of(memo)
-    if type == "DELETED" or not grading.enabled:
+    config: OperatorConfig = memo.config
+    if type == "DELETED" or not config.grading.enabled:
         return
-    process_submission(memo.kube, memo.config, grading, _plain(body), logger)
+    process_submission(memo.kube, config, plain(body), logger)
 
 
-@kopf.on.event("batch", "v1", "jobs", labels=EVAL_JOB_LABELS)
 def on_eval_job(body: kopf.Body, memo: Any, type: str | None, logger: Logger, **_: Any) -> None:
-    grading = grading_of(memo)
-    if type == "DELETED" or not grading.enabled:
+    config: OperatorConfig = memo.config
+    if type == "DELETED" or not config.grading.enabled:
         return
     owners = body["metadata"].get("ownerReferences") or []
     owner = next((o for o in owners if o.get("kind") == BENCHSUBMISSION_KIND), None)
@@ -354,4 +306,10 @@ def on_eval_job(body: kopf.Body, memo: Any, type: str | None, logger: Logger, **
         return
     sub = gk.get_submission(memo.kube, body["metadata"]["namespace"], owner["name"])
     if sub is not None and sub["metadata"].get("uid") == owner.get("uid"):
-        process_submission(memo.kube, memo.config, grading, sub, logger)
+        process_submission(memo.kube, config, sub, logger)
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    """Add the BenchSubmission handlers to `registry`."""
+    kopf.on.event(API_GROUP, API_VERSION, BENCHSUBMISSION_PLURAL, registry=registry)(on_submission)
+    kopf.on.event("batch", "v1", "jobs", labels=EVAL_JOB_LABELS, registry=registry)(on_eval_job)

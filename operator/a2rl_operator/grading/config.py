@@ -1,6 +1,7 @@
 """Settings of grading in a cluster (eval Jobs, the end of a run, the report Job).
 
-Read once at start-up from the operator's environment (the Helm chart sets them). Grading is on
+Read once at start-up from the operator's environment (the Helm chart sets them), as the
+`grading` part of `OperatorConfig`; never at import. Grading is on
 when a grader image is named (`A2RL_GRADER_IMAGE`); without one the operator reconciles
 workspaces only and a run ends when its agent does.
 """
@@ -25,7 +26,6 @@ from a2rl.constants import (
     ENV_SUBMIT_ALLOWANCE,
 )
 from a2rl.errors import A2rlError
-from a2rl_operator.manifests.grading_network import UrlPeerError, url_peer
 
 DEFAULT_EVAL_TIMEOUT_S = 7200
 DEFAULT_REPORT_TIMEOUT_S = 1800
@@ -66,18 +66,6 @@ class GradingConfig:
     @property
     def enabled(self) -> bool:
         return bool(self.grader_image)
-
-    def egress_problems(self) -> list[str]:
-        """The forwarded service URLs the eval pods' NetworkPolicy cannot allow (host names)."""
-
-        problems = []
-        for name, url in self.eval_env.items():
-            if name in ENDPOINT_ENV:
-                try:
-                    url_peer(url, "default")
-                except UrlPeerError as exc:
-                    problems.append(f"{name}: {exc}")
-        return problems
 
     def run_eval_env(self, spec: BenchRunSpec) -> dict[str, str]:
         """The non-secret settings of the run's evaluations: the operator's, overridden by the

@@ -1,4 +1,5 @@
-"""Kubernetes I/O of grading: BenchSubmissions (list, status writes), pods of Jobs, their logs.
+"""Kubernetes I/O of grading: BenchSubmissions (list, status writes), pods of Jobs, their logs,
+and the run's grading NetworkPolicy (made sure of before any eval or report pod of the run).
 
 Status writes replace the status subresource guarded by resourceVersion and are retried on
 conflicts (like `Kube.update_status` for BenchRuns), so the BenchSubmission watcher, the eval
@@ -11,8 +12,10 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import kopf
+from a2rl_tasks import task_class
 from kubernetes.client.exceptions import ApiException
 
+from a2rl.api.benchrun import BenchRunSpec
 from a2rl.constants import (
     API_GROUP,
     API_GROUP_VERSION,
@@ -22,7 +25,9 @@ from a2rl.constants import (
     BENCHSUBMISSION_PLURAL,
 )
 from a2rl_operator import status as st
+from a2rl_operator.config import OperatorConfig
 from a2rl_operator.kube import Kube
+from a2rl_operator.manifests.grading_network import endpoint_urls, grading_network_policy
 
 Obj = dict[str, Any]
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -117,3 +122,11 @@ def submission_ref(sub: Obj) -> Obj:
 
 def post_event(obj: Obj, type_: str, reason: str, message: str) -> None:
     kopf.event(cast(Any, submission_ref(obj)), type=type_, reason=reason, message=st.one_line(message))
+
+
+def ensure_grading_policy(kube: Kube, config: OperatorConfig, run: Obj, spec: BenchRunSpec) -> bool:
+    """Get-or-create the run's grading NetworkPolicy (before any of its eval or report pods).
+    Raises UrlPeerError when a service URL the task's evaluation calls cannot be allowed."""
+
+    urls = endpoint_urls(task_class(spec.task).endpoint_env, config.grading.run_eval_env(spec))
+    return kube.ensure(grading_network_policy(run, urls, config), run["metadata"]["uid"])

@@ -1,0 +1,518 @@
+"""Everything the operator does with a BenchRun, from creation to the end of the run; `register`
+adds the kopf handlers to a registry (`registry.build_registry`).
+
+The workspace:
+- BenchRun create/resume: validate, get-or-create every child (idempotent), mark Accepted.
+- Job / Pod events (label-selected) and the Job controller's quota FailedCreate events:
+  recompute the run's conditions from what is observed and write them (status only, through
+  `status_writer.write_status`, which posts one Kubernetes Event per transition).
+- BenchRun delete: the finalizer (bounded; see `finalizer.py`).
+
+The end of the run, with grading on (`OperatorConfig.grading`): an accepted run gets
+`Graded=False` (`AwaitingAgent`) at once, and the terminal condition then waits for grading
+(`status.observe` leaves it to this module). When the workspace Job has finished
+(`AgentFinished`, for any reason):
+
+1. wait for in-flight evaluations, at most `A2RL_GRADING_DRAIN_TIMEOUT` seconds after the agent
+   finished (`Graded=False`, `WaitingForEvaluations`);
+2. write `run.json` (the report's view of the run), archive the workspace pod's container logs
+   to `logs/agent.log` and `logs/recorder.log`, create the report Job (`Reporting`);
+3. when the report Job has finished: archive its log (`logs/report.log`), read `report.json`,
+   set `status.report` (URI + summary), `Graded=True` (`ReportWritten`) and the terminal
+   condition the agent's end implies (`Succeeded`: `AgentCompleted` or `BudgetExhausted`;
+   `Failed`: `AgentFailed`). A failed report Job ends the run `Failed` (`ReportFailed`).
+
+Steps are recomputed from what is observed; they run on BenchRun events, report Job events, and
+a resync timer that also re-processes unfinished submissions
+(`benchsubmission.resync_submissions`).
+
+Handlers return None: kopf keeps its progress in `a2rl.dev/` annotations, never in status.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import kopf
+from a2rl_tasks import TASKS, get_task
+from pydantic import ValidationError
+
+from a2rl.constants import (
+    ANNOTATION_FORCE_FINALIZE,
+    API_GROUP,
+    API_VERSION,
+    BASELINE_INDEX,
+    BENCHRUN_PLURAL,
+    COMPONENT_AGENT,
+    COMPONENT_REPORT,
+    COND_ACCEPTED,
+    COND_AGENT_FINISHED,
+    COND_GRADED,
+    LABEL_COMPONENT,
+    LABEL_MANAGED_BY,
+    LABEL_RUN_NAME,
+    LABEL_RUN_UID,
+    MANAGED_BY,
+)
+from a2rl.store.layout import RunLayout
+from a2rl.tracing.context import run_trace_annotation_patch
+from a2rl_operator import status as st
+from a2rl_operator.benchsubmission import resync_submissions
+from a2rl_operator.config import OperatorConfig
+from a2rl_operator.finalizer import Decision, decide
+from a2rl_operator.fingerprint import SeenStates, job_fingerprint, pod_fingerprint
+from a2rl_operator.grading import decisions as gr
+from a2rl_operator.grading import kube as gk
+from a2rl_operator.grading.config import GradingConfig
+from a2rl_operator.grading.store import RunStore
+from a2rl_operator.kube import Kube, NameConflictError, NamespaceTerminatingError, plain
+from a2rl_operator.manifests import children, parse_spec
+from a2rl_operator.manifests.common import workspace_name
+from a2rl_operator.manifests.grading_network import UrlPeerError, grading_network_policy, url_peer
+from a2rl_operator.manifests.job import AGENT_CONTAINER, RECORDER_CONTAINER
+from a2rl_operator.manifests.network import GatewayError, parse_gateway
+from a2rl_operator.manifests.report_job import report_job, report_job_name
+from a2rl_operator.manifests.secret import store_uri
+from a2rl_operator.retention import retain
+from a2rl_operator.run_tracing import now_ns, operator_tracing, record_root_span, record_run_span
+from a2rl_operator.status_writer import run_ref, write_status
+
+Body = dict[str, Any]
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_AGENT}
+REPORT_JOB_LABELS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_REPORT}
+RESYNC_S = 60.0
+RETENTION_RETRY_S = 5.0
+
+
+# --- validation that the CRD schema cannot express -------------------------------------------
+
+
+def problem(body: Body, config: OperatorConfig) -> tuple[str, str] | None:
+    """(reason, message) when the run cannot be accepted; None when it can."""
+
+    try:
+        spec = parse_spec(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return st.R_INVALID_SPEC, f"spec.{where}: {first['msg']}"
+    if spec.task not in TASKS:
+        return st.R_UNKNOWN_TASK, f"spec.task: unknown task {spec.task!r} (known: {', '.join(sorted(TASKS))})"
+    if spec.llm_gateway:
+        try:
+            parse_gateway(spec.llm_gateway)
+        except GatewayError as exc:
+            return st.R_INVALID_SPEC, f"spec.llmGateway: {exc}"
+    if spec.evaluation.judge is not None:  # the eval pods' NetworkPolicy must be able to allow it
+        try:
+            url_peer(spec.evaluation.judge.base_url, body["metadata"]["namespace"])
+        except UrlPeerError as exc:
+            return st.R_INVALID_SPEC, f"spec.evaluation.judge.baseUrl: {exc}"
+    if store_uri(spec, config) is None:
+        return st.R_NO_STORE, "spec.store.uri is unset and the operator has no default store (--store-uri)"
+    return None
+
+
+# --- BenchRun lifecycle ----------------------------------------------------------------------
+
+
+def ensure_trace_context(body: Body, kube: Kube) -> None:
+    """Give the run its trace context annotation (once: a valid one is kept) before any child is
+    built, so every pod of the run carries the same trace id; `body` is updated in place."""
+    meta = body["metadata"]
+    patch = run_trace_annotation_patch(meta.get("annotations"))
+    if patch is None:
+        return
+    kube.patch_run(meta["namespace"], meta["name"], patch)
+    meta["annotations"] = {**(meta.get("annotations") or {}), **patch["metadata"]["annotations"]}
+
+
+def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) -> None:
+    """Create whatever is missing for the run (safe to call any number of times)."""
+    meta = body["metadata"]
+    ns, name = meta["namespace"], meta["name"]
+    conds = (body.get("status") or {}).get("conditions") or []
+    accepted = st.get_condition(conds, COND_ACCEPTED)
+    done = st.is_terminal(conds) or st.get_condition(conds, COND_AGENT_FINISHED) is not None
+    if done or (accepted is not None and accepted.get("status") == st.FALSE):
+        refresh(kube, ns, name)  # never re-create the children of a finished run
+        return
+    rejected = problem(body, config)
+    if rejected is not None:
+        reason, message = rejected
+        logger.info("BenchRun %s/%s not accepted: %s", ns, name, message)
+        write_status(kube, ns, name, lambda _c: st.rejection(reason, message))
+        return
+    # Accepted first, so it leads the condition list (children's watchers may write next).
+    write_status(kube, ns, name, lambda _c: [st.accepted()])
+    ensure_trace_context(body, kube)
+    started_ns = now_ns()
+    created: list[str] = []
+    try:
+        for manifest in children(body, config):
+            if kube.ensure(manifest, meta["uid"]):
+                created.append(f"{manifest['kind']} {manifest['metadata']['name']}")
+    except NameConflictError as exc:
+        conflict = str(exc)
+        write_status(kube, ns, name, lambda _c: st.rejection(st.R_NAME_CONFLICT, conflict))
+        return
+    except NamespaceTerminatingError:
+        logger.info("BenchRun %s/%s: its namespace is being deleted; nothing created", ns, name)
+        return
+    if created:
+        logger.info("BenchRun %s/%s: created %s", ns, name, ", ".join(created))
+        kopf.event(
+            cast(Any, run_ref(body)),
+            type="Normal",
+            reason="CreatedWorkspace",
+            message="created " + ", ".join(created),
+        )
+        try:  # best effort: a store without credentials or a flaky one never fails the reconcile
+            tracing = operator_tracing(store_uri(parse_spec(body), config))
+            attrs: dict[str, str | int] = {"a2rl.created": ", ".join(created)}
+            record_run_span(
+                tracing, body, "operator.reconcile", start_ns=started_ns, end_ns=now_ns(), attributes=attrs
+            )
+        except Exception as exc:
+            logger.warning("BenchRun %s/%s: no reconcile span recorded: %s", ns, name, exc)
+    if not any(c.startswith("Job ") for c in created):
+        refresh(kube, ns, name)  # a new Job is observed through its own watch event
+
+
+def refresh(kube: Kube, namespace: str, name: str, quota_message: str | None = None) -> list[st.Change]:
+    """Mirror the workspace Job and its pod into the run's conditions."""
+    run = kube.get_run(namespace, name)
+    if run is None or run["metadata"].get("deletionTimestamp"):
+        return []  # a run being deleted gets no new conditions (nor Events in a dying namespace)
+    uid = run["metadata"]["uid"]
+    job = kube.get_job(namespace, workspace_name(run))
+    if job is not None and not any(o.get("uid") == uid for o in job["metadata"].get("ownerReferences") or []):
+        job = None
+    pod = kube.newest_pod(namespace, uid, COMPONENT_AGENT) if job is not None else None
+    obs = st.Observation(job=job, pod=pod, queue_name=(run.get("spec") or {}).get("queueName"),
+                         quota_message=quota_message)  # fmt: skip
+    return write_status(kube, namespace, name, lambda conds: st.observe(obs, conds), pod=pod, run=run)
+
+
+def on_benchrun(body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None:
+    reconcile(plain(body), memo.kube, memo.config, logger)
+
+
+def _in_flight(status: kopf.Status, **_: Any) -> bool:
+    return not st.is_terminal(status.get("conditions") or [])
+
+
+def resync(body: kopf.Body, memo: Any, **_: Any) -> None:
+    """Safety net for missed watch events (a restart, a dropped watch): re-observe slowly."""
+    meta = body["metadata"]
+    refresh(memo.kube, meta["namespace"], meta["name"])
+
+
+def on_benchrun_delete(body: kopf.Body, meta: kopf.Meta, memo: Any, logger: Logger, **_: Any) -> None:
+    """Artifact retention (the final record into the store), bounded by the finalizer timeout
+    and skipped at once with the `a2rl.dev/force-finalize` annotation."""
+    config: OperatorConfig = memo.config
+    decision = decide(dict(meta.annotations), meta.get("deletionTimestamp"), datetime.now(UTC),
+                      config.finalizer_timeout_s)  # fmt: skip
+    if decision is Decision.RELEASE:
+        logger.warning("releasing BenchRun %s/%s without retention (forced or timed out after %ss)",
+                       meta.namespace, meta.name, config.finalizer_timeout_s)  # fmt: skip
+        return
+    try:
+        where = retain(plain(body), config)
+    except Exception as exc:
+        raise kopf.TemporaryError(
+            st.one_line(
+                f"artifact retention failed, retrying (the finalizer lets go after "
+                f"{config.finalizer_timeout_s}s or with {ANNOTATION_FORCE_FINALIZE}=true): {exc}"
+            ),
+            delay=RETENTION_RETRY_S,
+        ) from exc
+    # Records in the object store are kept: they are never deleted with the BenchRun.
+    logger.info("BenchRun %s/%s deleted; final record %s", meta.namespace, meta.name, where or "not kept")
+
+
+# --- children -------------------------------------------------------------------------------
+
+
+def _owner_run(obj: kopf.Body) -> tuple[str, str] | None:
+    labels = obj["metadata"].get("labels") or {}
+    name = labels.get(LABEL_RUN_NAME)
+    if not name or not labels.get(LABEL_RUN_UID):
+        return None
+    return obj["metadata"]["namespace"], name
+
+
+_SEEN = SeenStates()
+
+
+def _refresh_on_change(body: kopf.Body, memo: Any, type: str | None, fingerprint: Hashable) -> None:
+    """Re-observe the owning run when the child changed in a way its conditions depend on."""
+    uid = body["metadata"].get("uid") or ""
+    if type == "DELETED":
+        _SEEN.forget(uid)
+        return
+    owner = _owner_run(body)
+    if owner is None or not _SEEN.is_new(uid, fingerprint):
+        return
+    try:
+        refresh(memo.kube, *owner)
+    except BaseException:
+        _SEEN.forget(uid)  # not observed after all: the next event must not be skipped
+        raise
+
+
+def on_job(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
+    _refresh_on_change(body, memo, type, job_fingerprint(body))
+
+
+def on_pod(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
+    _refresh_on_change(body, memo, type, pod_fingerprint(body))
+
+
+def _is_quota_event(body: kopf.Body, **_: Any) -> bool:
+    involved = body.get("involvedObject") or {}
+    return (
+        body.get("reason") == "FailedCreate"
+        and involved.get("kind") == "Job"
+        and st.is_quota_message(str(body.get("message") or ""))
+    )
+
+
+def on_quota_event(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
+    """A ResourceQuota refused the workspace pod: say so, and wait (the Job controller retries)."""
+    if type == "DELETED":
+        return
+    involved = body["involvedObject"]
+    job = memo.kube.get_job(involved["namespace"], involved["name"])
+    if job is None or (job["metadata"].get("labels") or {}).get(LABEL_MANAGED_BY) != MANAGED_BY:
+        return
+    owner = _owner_run(job)
+    if owner is not None:
+        refresh(memo.kube, *owner, quota_message=str(body.get("message") or "exceeded quota"))
+
+
+# --- the end of the run (grading) ------------------------------------------------------------
+
+
+def _conds(run: Body | kopf.Body) -> list[st.Cond]:
+    return list((run.get("status") or {}).get("conditions") or [])
+
+
+def needs_graded_mark(conds: list[st.Cond]) -> bool:
+    return (
+        st.is_true(conds, COND_ACCEPTED)
+        and st.get_condition(conds, COND_GRADED) is None
+        and not st.is_terminal(conds)
+    )
+
+
+def grading_open(conds: list[st.Cond]) -> bool:
+    """Graded by this operator and not finished yet."""
+    graded = st.get_condition(conds, COND_GRADED)
+    return (
+        graded is not None and graded.get("status") != st.TRUE and graded.get("reason") != gr.R_REPORT_FAILED
+    )
+
+
+def mark_graded(kube: Kube, namespace: str, name: str) -> None:
+    """`Graded=False` (`AwaitingAgent`) on an accepted, unfinished run without it."""
+    write_status(
+        kube, namespace, name, lambda conds: [gr.graded_awaiting()] if needs_graded_mark(conds) else []
+    )
+
+
+# --- the steps ----------------------------------------------------------------------------------
+
+
+def _owned(obj: Body | None, uid: str) -> Body | None:
+    if obj is None:
+        return None
+    owners = obj["metadata"].get("ownerReferences") or []
+    return obj if any(o.get("uid") == uid for o in owners) else None
+
+
+def prepare_report(
+    kube: Kube, run: Body, store: RunStore, subs: list[Body], *, config: OperatorConfig, logger: Logger
+) -> None:
+    """run.json and the workspace pod's logs, before the report Job reads the store."""
+
+    meta = run["metadata"]
+    spec = parse_spec(run)
+    pod = kube.newest_pod(meta["namespace"], meta["uid"], COMPONENT_AGENT)
+    baseline = next((s for s in subs if int(s["spec"]["index"]) == BASELINE_INDEX), None)
+    doc = gr.cluster_run_json(
+        run,
+        spec,
+        base_model_digest=baseline["spec"]["modelDigest"] if baseline else None,
+        evaluator_version=get_task(spec.task, config.grading.run_eval_env(spec)).evaluator_version,
+        agent_exit_code=gr.container_exit_code(pod, AGENT_CONTAINER),
+    )
+    store.write_run_json(doc)
+    if pod is not None:
+        try:
+            logs = gk.pod_logs(kube, meta["namespace"], pod, [RECORDER_CONTAINER, AGENT_CONTAINER])
+            for container, text in logs.items():
+                store.write_log(container, text)
+        except Exception:
+            logger.exception(
+                "BenchRun %s/%s: could not archive the workspace logs", meta["namespace"], meta["name"]
+            )
+
+
+def advance(kube: Kube, config: OperatorConfig, namespace: str, name: str, *, logger: Logger) -> gr.Step:
+    """Take the end of the run one step forward (idempotent); returns the step taken."""
+    run = kube.get_run(namespace, name)
+    if run is None:
+        return gr.Step(gr.StepKind.NOTHING)
+    conds = _conds(run)
+    meta = run["metadata"]
+    if meta.get("deletionTimestamp") or not grading_open(conds) or gr.agent_finish(conds) is None:
+        return gr.Step(gr.StepKind.NOTHING)  # a run being deleted is not graded any more
+    spec = parse_spec(run)
+    uri = store_uri(spec, config)
+    if uri is None:
+        return gr.Step(gr.StepKind.NOTHING)
+    store = RunStore.open(uri, RunLayout(meta["namespace"], meta["name"], meta["uid"]))
+    subs = gk.list_submissions(kube, namespace, name, meta["uid"])
+    job_name = report_job_name(name)
+    job = _owned(kube.get_job(namespace, job_name), meta["uid"])
+    step = gr.end_step(conds, subs, job, gr.now_utc(), config.grading.drain_timeout_s)
+    report: dict[str, Any] | None = None
+    if step.kind is gr.StepKind.START_REPORT:
+        prepare_report(kube, run, store, subs, config=config, logger=logger)
+        try:
+            try:  # the report pod is under the run's grading NetworkPolicy too (no eval Job may exist)
+                gk.ensure_grading_policy(kube, config, run, spec)
+            except UrlPeerError:  # the report calls no judge: the policy without those URLs
+                kube.ensure(grading_network_policy(run, [], config), meta["uid"])
+            if kube.ensure(report_job(run, spec, uri, config.grading), meta["uid"]):
+                logger.info("BenchRun %s/%s: created report Job %s", namespace, name, job_name)
+        except NamespaceTerminatingError:
+            logger.info("BenchRun %s/%s: its namespace is being deleted; no report Job", namespace, name)
+            return gr.Step(gr.StepKind.NOTHING)
+    elif step.kind in (gr.StepKind.FINISH, gr.StepKind.REPORT_FAILED):
+        _archive_report_log(kube, store, namespace, job_name, logger)
+        tracing = operator_tracing(uri)
+        attrs: dict[str, str | int] = {"a2rl.step": step.kind.value}
+        end_ns = now_ns()
+        record_run_span(tracing, run, "operator.end_of_run", start_ns=end_ns, end_ns=end_ns, attributes=attrs)
+        record_root_span(tracing, run, end_ns)  # the last span of the run's trace
+        if step.kind is gr.StepKind.FINISH:
+            report = store.read_report()
+            if report is None:
+                missing = (
+                    f"the report Job {job_name} finished but {store.report_uri()} is missing or unreadable"
+                )
+                step = gr.Step(gr.StepKind.REPORT_FAILED, step.pending, missing)
+    changes = gr.step_changes(step, conds, job_name, store.report_uri())
+    extra = {"report": gr.report_ref(report, store.report_uri())} if report is not None else {}
+    write_grading(kube, namespace, name, changes, extra)
+    return step
+
+
+def _archive_report_log(kube: Kube, store: RunStore, namespace: str, job_name: str, logger: Logger) -> None:
+    try:
+        pods = gk.pods_of_job(kube, namespace, job_name)
+        text = "".join(gk.format_logs(p["metadata"]["name"], gk.pod_logs(kube, namespace, p)) for p in pods)
+        store.write_log(COMPONENT_REPORT, text)
+    except Exception:
+        logger.exception("could not archive the log of %s/%s", namespace, job_name)
+
+
+def write_grading(
+    kube: Kube, namespace: str, name: str, changes: list[st.Change], extra: dict[str, Any]
+) -> None:
+    """Apply the `Graded` (and terminal) changes and `extra` status fields; post Events."""
+    if not changes and not extra:
+        return
+    # Nothing is written once the grading is closed: someone else finished it meanwhile.
+    edit: Callable[[Body, Body], Body] = lambda _run, status: {**status, **extra}  # noqa: E731
+    write_status(kube, namespace, name, lambda _c: changes, edit=edit, only_if=grading_open)
+
+
+# --- handlers of the end of the run ------------------------------------------------------------
+
+
+def _grading(memo: Any) -> GradingConfig:
+    config: OperatorConfig = memo.config
+    return config.grading
+
+
+def on_run_created(body: kopf.Body, memo: Any, **_: Any) -> None:
+    """Registered after the workspace reconcile: the run is Accepted (or refused) by now."""
+    if not _grading(memo).enabled:
+        return
+    meta = body["metadata"]
+    run = memo.kube.get_run(meta["namespace"], meta["name"])
+    if run is None:
+        return
+    conds = _conds(run)
+    if st.get_condition(conds, COND_ACCEPTED) is None and not st.is_terminal(conds):
+        raise kopf.TemporaryError("waiting for the run to be accepted", delay=1)
+    mark_graded(memo.kube, meta["namespace"], meta["name"])
+
+
+def _finished_and_open(status: kopf.Status, memo: Any, **_: Any) -> bool:
+    conds = list(status.get("conditions") or [])
+    return _grading(memo).enabled and grading_open(conds) and gr.agent_finish(conds) is not None
+
+
+def on_run_finished(body: kopf.Body, memo: Any, type: str | None, logger: Logger, **_: Any) -> None:
+    if type == "DELETED":
+        return
+    meta = body["metadata"]
+    advance(memo.kube, memo.config, meta["namespace"], meta["name"], logger=logger)
+
+
+def on_report_job(body: kopf.Body, memo: Any, type: str | None, logger: Logger, **_: Any) -> None:
+    run_name = (body["metadata"].get("labels") or {}).get(LABEL_RUN_NAME)
+    if type == "DELETED" or not _grading(memo).enabled or not run_name:
+        return
+    advance(memo.kube, memo.config, body["metadata"]["namespace"], run_name, logger=logger)
+
+
+def _being_graded(status: kopf.Status, memo: Any, **_: Any) -> bool:
+    conds = list(status.get("conditions") or [])
+    return _grading(memo).enabled and (needs_graded_mark(conds) or grading_open(conds))
+
+
+def grading_resync(body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None:
+    """Safety net: mark, re-process unfinished submissions, and advance the end of the run."""
+    meta = body["metadata"]
+    ns, name = meta["namespace"], meta["name"]
+    run = memo.kube.get_run(ns, name)
+    if run is None:
+        return
+    if needs_graded_mark(_conds(run)):
+        mark_graded(memo.kube, ns, name)
+    resync_submissions(memo.kube, memo.config, run, logger)
+    advance(memo.kube, memo.config, ns, name, logger=logger)
+
+
+# --- registration -----------------------------------------------------------------------------
+
+
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    """Add the BenchRun handlers to `registry`, in the order kopf must run them: the workspace
+    reconcile before `grading-mark` (which needs the run Accepted or refused)."""
+    run = (API_GROUP, API_VERSION, BENCHRUN_PLURAL)
+    kopf.on.create(*run, registry=registry)(on_benchrun)
+    kopf.on.resume(*run, registry=registry)(on_benchrun)
+    kopf.timer(*run, interval=RESYNC_S, initial_delay=RESYNC_S, when=_in_flight, registry=registry)(resync)
+    kopf.on.delete(*run, registry=registry)(on_benchrun_delete)
+    kopf.on.event("batch", "v1", "jobs", labels=CHILD_LABELS, registry=registry)(on_job)
+    kopf.on.event("", "v1", "pods", labels=CHILD_LABELS, registry=registry)(on_pod)
+    kopf.on.event("", "v1", "events", when=_is_quota_event, registry=registry)(on_quota_event)
+    # The end of the run (no-ops while grading is off).
+    kopf.on.create(*run, id="grading-mark", registry=registry)(on_run_created)
+    kopf.on.resume(*run, id="grading-mark", registry=registry)(on_run_created)
+    kopf.on.event(*run, when=_finished_and_open, registry=registry)(on_run_finished)
+    kopf.on.event("batch", "v1", "jobs", labels=REPORT_JOB_LABELS, registry=registry)(on_report_job)
+    resync_s = config.grading.resync_s
+    kopf.timer(*run, id="grading-resync", interval=resync_s, initial_delay=resync_s, when=_being_graded,
+               registry=registry)(grading_resync)  # fmt: skip

@@ -1,0 +1,60 @@
+"""The operator's kopf registry: every handler, registered explicitly, and kopf's settings.
+
+`a2rl operator` reads its configuration once (`OperatorConfig`, grading included), builds the
+registry with `build_registry(config)` and passes it to `kopf.run(registry=...)`, with the
+config in `memo.config`. Nothing registers itself on import: the order handlers run in is the
+order written in `benchrun.register` and `benchsubmission.register`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from a2rl.constants import API_GROUP, FINALIZER
+from a2rl_operator import benchrun, benchsubmission
+from a2rl_operator.config import OperatorConfig
+from a2rl_operator.manifests.grading_network import egress_problems
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+MAX_WORKERS = 16  # threads for sync handlers (and pooled API connections)
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """Our names for kopf's state: finalizer and annotations under the a2rl.dev group."""
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=API_GROUP, key="last-handled-configuration"
+    )
+    # Only our explicit Events (and kopf's warnings) reach users; no "Handler succeeded" noise.
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.execution.max_workers = MAX_WORKERS
+
+
+def _startup(settings: kopf.OperatorSettings, memo: Any, logger: Logger, **_: Any) -> None:
+    configure(settings)
+    config: OperatorConfig = memo.config
+    grading = config.grading
+    if grading.enabled:
+        logger.info("grading on: eval and report Jobs use %s", grading.grader_image)
+        for problem in egress_problems(grading):
+            logger.error("%s: runs of judge-based tasks without spec.evaluation.judge will fail", problem)
+    else:
+        logger.info("grading off (no A2RL_GRADER_IMAGE): runs end when their agent does")
+
+
+def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
+    """A registry with every handler of the operator (BenchRuns, then BenchSubmissions)."""
+    registry = kopf.OperatorRegistry()
+    # kopf's default registry would add this on its own: the credentials the kubernetes client
+    # loaded (the kubeconfig, or the pod's ServiceAccount), as `a2rl operator` set them up.
+    kopf.on.login(id="login_via_client", registry=registry)(kopf.login_via_client)
+    kopf.on.startup(registry=registry)(_startup)
+    benchrun.register(registry, config)
+    benchsubmission.register(registry)
+    return registry

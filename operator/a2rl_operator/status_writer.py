@@ -1,0 +1,105 @@
+"""The one writer of BenchRun status: every handler that changes a run's status calls `write_status`.
+
+A write reads the run, applies the condition changes (`status.py`'s math: `lastTransitionTime`
+moves only when a status does) and any other status fields, derives `phase`, `startTime` and
+`completionTime`, and replaces the status subresource guarded by resourceVersion, retried on
+conflicts (`Kube.update_status`), so the Job, Pod, Event, BenchSubmission watchers and the timers
+of one run never lose each other's writes. Each condition transition that was written gets one
+Kubernetes Event on the BenchRun.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+import kopf
+
+from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_KIND, COND_ACCEPTED, COND_AGENT_RUNNING
+from a2rl_operator import status as st
+from a2rl_operator.kube import Kube
+
+Body = dict[str, Any]
+#: The condition changes to apply, given the run's current conditions.
+ChangesFor = Callable[[list[st.Cond]], list[st.Change]]
+#: Other status fields: `(run, status) -> new status` (e.g. the aggregate scores, `report`).
+EditStatus = Callable[[Body, Body], Body]
+
+
+def run_ref(run: Body) -> Body:
+    """What `kopf.event` needs to post an Event about the run."""
+    meta = run["metadata"]
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": BENCHRUN_KIND,
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+    }
+
+
+def _event_reason(change: st.Change) -> str:
+    return "Accepted" if change.type == COND_ACCEPTED and change.status == st.TRUE else change.reason
+
+
+def post_events(run: Body, transitions: list[st.Change]) -> None:
+    """One Event per transition (one per reason; AgentRunning=False is said by AgentFinished)."""
+    seen: set[str] = set()
+    for change in transitions:
+        if change.type == COND_AGENT_RUNNING and change.status == st.FALSE:
+            continue  # said by AgentFinished
+        reason = _event_reason(change)
+        if reason in seen:
+            continue
+        seen.add(reason)
+        message = st.one_line(f"{change.type}={change.status}: {change.message}")
+        kopf.event(cast(Any, run_ref(run)), type=st.event_type(change), reason=reason, message=message)
+
+
+def write_status(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    changes_for: ChangesFor | None = None,
+    *,
+    edit: EditStatus | None = None,
+    only_if: Callable[[list[st.Cond]], bool] | None = None,
+    pod: Body | None = None,
+    run: Body | None = None,
+) -> list[st.Change]:
+    """Write the run's status; returns the condition transitions written (Events are posted).
+
+    - `changes_for(conditions)`: condition changes; when given, `observedGeneration`, `phase`,
+      `startTime` (from the agent container of `pod`) and `completionTime` are kept in step;
+    - `edit(run, status)`: other status fields, computed from the fresh read of each attempt;
+    - `only_if(conditions)`: write nothing unless it holds (someone else may have moved on);
+    - `run`: a fresh read used for the first attempt (saves a GET).
+    No write (and no Event) when nothing changes."""
+    written: list[st.Change] = []
+    refs: list[Body] = []
+
+    def mutate(current: Body) -> Body | None:
+        old = dict(current.get("status") or {})
+        conds = list(old.get("conditions") or [])
+        if only_if is not None and not only_if(conds):
+            return None
+        new = edit(current, old) if edit is not None else dict(old)
+        transitions: list[st.Change] = []
+        if changes_for is not None:
+            generation = current["metadata"].get("generation")
+            now = st.now_iso()
+            new_conds, transitions = st.apply_changes(conds, changes_for(conds), generation, now)
+            new = {**new, "conditions": new_conds, "observedGeneration": generation}
+            new["phase"] = st.derive_phase(new_conds)
+            started = st.agent_start_time(pod)
+            if started and not new.get("startTime"):
+                new["startTime"] = started
+            if st.is_terminal(new_conds) and not new.get("completionTime"):
+                new["completionTime"] = now
+        if new == old:
+            return None
+        written[:] = transitions
+        refs[:] = [current]
+        return new
+
+    if kube.update_status(namespace, name, mutate, initial=run) is not None and written:
+        post_events(refs[0], written)
+    return written
