@@ -1,0 +1,106 @@
+"""The operator's explicit kopf registry and its one writer of BenchRun status (no cluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import kopf
+import pytest
+from a2rl_operator import status as st
+from a2rl_operator import status_writer
+from a2rl_operator.config import OperatorConfig
+from a2rl_operator.grading.config import GradingConfig
+from a2rl_operator.registry import build_registry
+from kopf._core.intents.registries import get_default_registry
+
+from a2rl.constants import COND_ACCEPTED, COND_FAILED
+
+Body = dict[str, Any]
+
+
+def handler_ids(handlers: Any) -> list[str]:
+    return [str(h.id) for h in handlers.get_all_handlers()]
+
+
+def test_every_handler_is_on_the_explicit_registry_in_order_and_none_on_kopfs_default() -> None:
+    registry = build_registry(OperatorConfig(grading=GradingConfig(grader_image="g:1", resync_s=7)))
+    assert handler_ids(registry._activities) == ["login_via_client", "_startup"]
+    # The workspace reconcile runs before grading-mark (which waits for Accepted).
+    changing = handler_ids(registry._changing)
+    assert changing.index("on_benchrun") < changing.index("grading-mark")
+    assert "on_benchrun_delete" in changing
+    watching = set(handler_ids(registry._watching))
+    assert {"on_job", "on_pod", "on_quota_event", "on_run_finished", "on_report_job"} <= watching
+    assert {"on_submission", "on_eval_job"} <= watching
+    timers = {str(h.id): h for h in registry._spawning.get_all_handlers()}
+    assert set(timers) == {"resync", "grading-resync"}
+    assert getattr(timers["grading-resync"], "interval", None) == 7  # from the config, not the env
+    # Importing the operator's modules registers nothing on kopf's default registry.
+    default = get_default_registry()
+    ours = {"_startup", "resync", "grading-resync", "on_benchrun", "grading-mark", "on_submission", "on_job"}
+    for handlers in (default._activities, default._changing, default._watching, default._spawning):
+        assert not ours & set(handler_ids(handlers))
+
+
+class FakeKube:
+    """`Kube.update_status` over one in-memory BenchRun, with `conflicts` 409s first."""
+
+    def __init__(self, run: Body, conflicts: int = 0) -> None:
+        self.run = run
+        self.conflicts = conflicts
+        self.writes = 0
+
+    def update_status(
+        self, namespace: str, name: str, mutate: Callable[[Body], Body | None], initial: Body | None = None
+    ) -> Body | None:
+        while True:
+            status = mutate(self.run)
+            if status is None:
+                return None
+            if self.conflicts:
+                self.conflicts -= 1
+                continue
+            self.run = {**self.run, "status": status}
+            self.writes += 1
+            return status
+
+
+@pytest.fixture
+def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    posted: list[tuple[str, str]] = []
+    monkeypatch.setattr(kopf, "event", lambda _obj, *, type, reason, message: posted.append((type, reason)))
+    return posted
+
+
+def run_body() -> Body:
+    return {"metadata": {"name": "demo", "namespace": "ns", "uid": "u1", "generation": 2}, "status": {}}
+
+
+def test_write_status_derives_phase_and_posts_one_event_per_transition(events: list[tuple[str, str]]) -> None:
+    kube = FakeKube(run_body(), conflicts=1)
+    written = status_writer.write_status(kube, "ns", "demo", lambda _c: st.rejection("UnknownTask", "nope"))
+    assert [c.type for c in written] == [COND_ACCEPTED, COND_FAILED]
+    status = kube.run["status"]
+    assert status["phase"] == "Failed" and status["observedGeneration"] == 2 and status["completionTime"]
+    assert events == [("Warning", "UnknownTask")]  # one reason, one Event
+    # The same changes again: no write, no Event.
+    assert (
+        status_writer.write_status(kube, "ns", "demo", lambda _c: st.rejection("UnknownTask", "nope")) == []
+    )
+    assert kube.writes == 1 and len(events) == 1
+
+
+def test_write_status_edits_fields_and_respects_only_if(events: list[tuple[str, str]]) -> None:
+    kube = FakeKube(run_body())
+    status_writer.write_status(kube, "ns", "demo", edit=lambda _r, s: {**s, "bestScore": 1.5})
+    assert kube.run["status"] == {"bestScore": 1.5} and events == []
+    status_writer.write_status(
+        kube,
+        "ns",
+        "demo",
+        lambda _c: [st.accepted()],
+        edit=lambda _r, s: {**s, "report": {"uri": "x"}},
+        only_if=bool,  # no conditions yet: nothing is written
+    )
+    assert kube.run["status"] == {"bestScore": 1.5} and kube.writes == 1
