@@ -34,8 +34,11 @@ from a2rl.contracts import env as envs
 from a2rl.errors import A2rlError
 from a2rl.launch import run_a2rl
 from a2rl.models.resolve import resolve_base_model
-from a2rl.records.run import run_json
-from a2rl.scores import ScoreSummary
+from a2rl.records.base import load_record, read_record, write_record
+from a2rl.records.result import ResultRecord
+from a2rl.records.run import run_record
+from a2rl.scores import Scored, ScoreSummary
+from a2rl.scores import summarize as summarize_scores
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import hash_tree
 from a2rl.store.layout import RunLayout
@@ -97,7 +100,7 @@ class _Prepared:
     train_dir: Path
     argv: list[str]
     logs_dir: Path
-    baseline: dict[str, Any] | None = None
+    baseline: ResultRecord | None = None
     workspace: Workspace | None = None
 
 
@@ -230,7 +233,7 @@ def prepare(
     return prep
 
 
-def _baseline(prep: _Prepared, say: Callable[[str], None]) -> dict[str, Any]:
+def _baseline(prep: _Prepared, say: Callable[[str], None]) -> ResultRecord:
     spec = prep.run.spec
     args = [
         "eval", "baseline",
@@ -253,15 +256,18 @@ def _baseline(prep: _Prepared, say: Callable[[str], None]) -> dict[str, Any]:
         raise A2rlError(
             f"baseline evaluation failed (exit code {code}): {detail or 'no output'} (log: {log})"
         )
-    result = _last_json(out)
-    if result is None:
-        result = prep.store.get_json(prep.layout.submission_result(BASELINE_INDEX))
-    if result.get("score") is None:
-        say(f"[a2rl] warning: the base model could not be scored: {result.get('error')}")
+    printed = _last_json(out)
+    result = (
+        ResultRecord.from_json(printed)
+        if printed is not None
+        else load_record(prep.store, prep.layout.submission_result(BASELINE_INDEX), ResultRecord)
+    )
+    if result.score is None:
+        say(f"[a2rl] warning: the base model could not be scored: {result.error}")
     else:
-        cached = " (cached)" if result.get("cached") else ""
-        say(f"[a2rl] baseline score {fmt_score(result['score'])}{cached}")
-    return dict(result)
+        cached = " (cached)" if result.cached else ""
+        say(f"[a2rl] baseline score {fmt_score(result.score)}{cached}")
+    return result
 
 
 def _last_json(text: str) -> dict[str, Any] | None:
@@ -427,16 +433,14 @@ def _recorder_stop_timeout() -> float:
 
 
 def _write_run_json(prep: _Prepared, **times: Any) -> None:
-    prep.store.put_json(
-        prep.layout.run_json,
-        run_json(
-            prep.run,
-            prep.layout,
-            base_model_digest=prep.model_digest,
-            evaluator_version=prep.evaluator_version,
-            **times,
-        ),
+    record = run_record(
+        prep.run,
+        prep.layout,
+        base_model_digest=prep.model_digest,
+        evaluator_version=prep.evaluator_version,
+        **times,
     )
+    write_record(prep.store, prep.layout.run_json, record)
 
 
 def _upload_logs(prep: _Prepared) -> None:
@@ -463,13 +467,13 @@ def _report(prep: _Prepared, say: Callable[[str], None]) -> tuple[dict[str, Any]
 def _final_scores(prep: _Prepared) -> ScoreSummary:
     """Scores from the results in the store (the source of truth), not from the recorder's memory."""
     keys = list(prep.store.list(prep.layout.submissions))
-    results: list[dict[str, Any]] = []
+    scored = []
     for key in keys:
-        if key.endswith("/result.json"):
-            with contextlib.suppress(A2rlError, ValueError):
-                results.append(prep.store.get_json(key))
+        result = read_record(prep.store, key, ResultRecord) if key.endswith("/result.json") else None
+        if result is not None and result.index is not None:
+            scored.append(Scored(result.index, result.score))
     manifests = sum(1 for k in keys if k.endswith("/manifest.json"))
-    summary = summarize(results)
+    summary = summarize_scores(scored)
     # A submission whose evaluation never finished has a manifest but no result: still counted.
     agent_manifests = max(manifests - 1, 0)
     if agent_manifests > summary.submissions:
