@@ -91,8 +91,8 @@ def test_setup_writes_the_workspace_and_records_the_base_model_as_submission_zer
     # Submission 0: the base model's snapshot, recorded and handed to the operator.
     layout = RunLayout.from_prefix(PREFIX)
     stored = staged_store.get_json(layout.submission_manifest(0))
-    assert stored == manifest and stored["model_digest"] == digest and stored["identical_to_base"] is True
-    assert stored["model_path"] == "models/Org_Tiny"
+    assert stored == manifest.to_json() and stored["model_digest"] == digest
+    assert stored["identical_to_base"] is True and stored["model_path"] == "models/Org_Tiny"
     assert all(staged_store.exists(layout.blob(f["sha256"])) for f in stored["model"]["files"])
     assert created == [0]
     assert recorded_base_digest(staged_store, layout) == digest
@@ -142,7 +142,7 @@ def test_setup_restores_a_base_model_pushed_to_the_store(
     params = SetupParams("store:tiny-pushed", "tiny", seed=0, grace_s=5)
     lines: list[str] = []
     manifest = setup_workspace(config, staged_store, params, create_submission=lambda i: {}, say=lines.append)
-    assert hash_tree(workspace / "models" / "tiny").digest == pushed["digest"] == manifest["model_digest"]
+    assert hash_tree(workspace / "models" / "tiny").digest == pushed["digest"] == manifest.model_digest
     # The run's snapshot of the base model is copied inside the store, not uploaded again.
     (snapshot_line,) = [line for line in lines if "in the store" in line]
     assert "0 file(s), 0 bytes uploaded" in snapshot_line and " 0 bytes copied" not in snapshot_line

@@ -20,6 +20,8 @@ from typing import Any
 from a2rl_recorder.config import RecorderConfig
 from a2rl_recorder.service import Recorder
 
+from a2rl.records.base import write_record
+from a2rl.records.result import ResultRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import TreeManifest, restore_tree
 from a2rl.store.layout import RunLayout
@@ -78,7 +80,7 @@ class StoreBackedDispatcher:
         self.max_active = 0
         self._lock = threading.Lock()
 
-    def evaluate(self, index: int) -> dict[str, Any]:
+    def evaluate(self, index: int) -> ResultRecord:
         with self._lock:
             self.calls.append(index)
             self.active += 1
@@ -94,14 +96,10 @@ class StoreBackedDispatcher:
                 score = float((tmp / "m" / "score.txt").read_text())
             finally:
                 shutil.rmtree(tmp)
-            result = {
-                "index": index,
-                "task": "arith",
-                "score": score,
-                "error": None,
-                "model_digest": manifest["model_digest"],
-            }
-            self.store.put_json(self.layout.submission_result(index), result)
+            result = ResultRecord(
+                index=index, task="arith", score=score, error=None, model_digest=manifest["model_digest"]
+            )
+            write_record(self.store, self.layout.submission_result(index), result)
             return result
         finally:
             with self._lock:

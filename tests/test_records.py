@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from a2rl_grader.baseline import baseline_manifest, baseline_submission_manifest
-from a2rl_recorder.dispatch import dispatch_record, failure_result
 
 from a2rl.api.benchrun import BenchRun
 from a2rl.records.base import Record, RecordError, load_record, read_record, write_record
@@ -59,7 +58,7 @@ CLUSTER_RESULT: dict[str, Any] = {  # a2rl_recorder.cluster_dispatch.result_from
     "index": 2, "task": "arith", "score": None, "error": "boom", "state": "Failed",
     "submission": "demo-00002", "reason": "EvalJobFailed", "duration_seconds": 3.5, "result_uri": "s3://b/r.json",
 }  # fmt: skip
-DISPATCH: dict[str, Any] = {  # a2rl_recorder.dispatch.dispatch_record
+DISPATCH: dict[str, Any] = {  # a2rl.records.dispatch.DispatchRecord.failed
     "index": 3, "status": "failed", "error": "evaluation timed out after 10 s", "exit_code": -9,
     "log": "local/demo-0123456789ab/logs/eval-00003.log", "finished_at": "2026-03-01T12:07:00Z",
 }  # fmt: skip
@@ -197,8 +196,9 @@ def test_older_documents_load() -> None:
 
 
 def test_result_helpers_match_the_old_dicts() -> None:
-    assert failure_result(3, "arith", "boom") == {"index": 3, "task": "arith", "score": None, "error": "boom"}
-    record = dispatch_record(3, "boom", None, None)
+    failure = ResultRecord.failure(3, "arith", "boom").to_json()
+    assert failure == {"index": 3, "task": "arith", "score": None, "error": "boom"}
+    record = DispatchRecord.failed(3, "boom", None, None).to_json()
     assert set(record) == set(DISPATCH) and record["status"] == "failed" and record["exit_code"] is None
     assert dispatch_key(LAYOUT, 3) == "local/demo-0123456789ab/submissions/00003/dispatch.json"
 

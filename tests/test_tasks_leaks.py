@@ -35,6 +35,7 @@ from a2rl_tasks import TASKS, get_task
 from a2rl_tasks.artifacts import StagedArtifacts, stage_artifacts
 
 from a2rl.errors import A2rlError
+from a2rl.records.result import ResultRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.store.local import LocalStore
@@ -247,7 +248,7 @@ class LeakyEvaluation:
         self.held = index_heldout(heldout_dir, src.shared, src.shared_fields)
         self.other_texts = [p.read_text(errors="replace") for p in self.held.other_files]
 
-    def evaluate(self, index: int) -> dict[str, Any]:
+    def evaluate(self, index: int) -> ResultRecord:
         manifest = self.store.get_json(self.layout.submission_manifest(index))
         details = [{"item": row, "gold": row, "correct": False} for row in self.held.rows]
         details += [{"file": text} for text in self.other_texts]
@@ -256,8 +257,9 @@ class LeakyEvaluation:
             "metrics": {"accuracy": 12.5}, "model_digest": manifest["model_digest"],
             "first_items": details[:3],
         }  # fmt: skip
-        write_result(self.store, self.layout, index, result, details)
-        return result
+        record = ResultRecord.from_json(result)
+        write_result(self.store, self.layout, index, record, details)
+        return record
 
 
 def _call(url: str, body: dict[str, Any] | None = None) -> str:

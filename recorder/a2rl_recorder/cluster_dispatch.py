@@ -46,7 +46,6 @@ from a2rl.records.result import ResultRecord
 from a2rl.records.submission import SubmissionManifest
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
-from a2rl_recorder.dispatch import failure_result
 
 log = logging.getLogger(__name__)
 
@@ -339,14 +338,14 @@ class ClusterDispatcher:
         log.info("submission %d: BenchSubmission %s/%s created", index, self.namespace, name)
         return obj
 
-    def evaluate(self, index: int) -> dict[str, Any]:
+    def evaluate(self, index: int) -> ResultRecord:
         deadline = time.monotonic() + self.timeout_s
         name = submission_name(self.run_name, index)
         try:
             self.create(index, deadline)
         except Exception as exc:
             log.exception("submission %d: could not create BenchSubmission %s", index, name)
-            return failure_result(
+            return ResultRecord.failure(
                 index, self.task, f"could not create BenchSubmission {name}: {_reason(exc)}"
             )
         while True:
@@ -355,9 +354,9 @@ class ClusterDispatcher:
             except Exception as exc:
                 status = _status_of(exc)
                 if status == 404:
-                    return failure_result(index, self.task, f"BenchSubmission {name} was deleted")
+                    return ResultRecord.failure(index, self.task, f"BenchSubmission {name} was deleted")
                 if status not in RETRYABLE_STATUS:
-                    return failure_result(
+                    return ResultRecord.failure(
                         index, self.task, f"cannot read BenchSubmission {name}: {_reason(exc)}"
                     )
                 log.warning("submission %d: reading %s failed (%s); retrying", index, name, _reason(exc))
@@ -366,13 +365,13 @@ class ClusterDispatcher:
                 if result is not None:
                     with self._lock:
                         self._terminal[index] = result
-                    return result.to_json()
+                    return result
             if time.monotonic() >= deadline:
-                return failure_result(
+                return ResultRecord.failure(
                     index, self.task, f"no evaluation result for {name} within {self.timeout_s:.0f} s"
                 )
             if self._cancelled.wait(self.poll_s):
-                return failure_result(
+                return ResultRecord.failure(
                     index,
                     self.task,
                     "the run is ending; the evaluation goes on in the cluster and its score will be in "

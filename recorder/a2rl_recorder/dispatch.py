@@ -1,8 +1,8 @@
 """Evaluation dispatch: how a recorded submission gets its result.json.
 
-`EvaluationDispatcher.evaluate(index)` returns the submission's result (the content of
-`submissions/<n>/result.json`, a `ResultRecord` as JSON values: the recorder's service reads it as
-a mapping). A failed dispatch is recorded in `submissions/<n>/dispatch.json` (a `DispatchRecord`).
+`EvaluationDispatcher.evaluate(index)` returns the submission's result as a `ResultRecord` (the
+content of `submissions/<n>/result.json`, or `ResultRecord.failure` when there is none). A failed
+dispatch is recorded in `submissions/<n>/dispatch.json` (a `DispatchRecord`).
 `LocalDispatcher` (local mode) runs the grader's crash-isolated
 eval process `a2rl eval submission …` and reads the result it wrote to the store. A crashed,
 killed or timed-out eval process becomes a result with an `error` and a null score — never an
@@ -19,7 +19,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from a2rl.launch import OFFLINE_ENV, kill_group, start_a2rl
 from a2rl.records.base import read_record, write_record
@@ -36,21 +36,10 @@ KILL_GRACE_S = 10.0
 
 
 class EvaluationDispatcher(Protocol):
-    def evaluate(self, index: int) -> dict[str, Any]:
-        """Evaluate recorded submission `index`; return its result.json content."""
+    def evaluate(self, index: int) -> ResultRecord:
+        """Evaluate recorded submission `index`; return its result (a failure record when the
+        evaluation produced none)."""
         ...
-
-
-def failure_result(index: int, task: str, error: str) -> dict[str, Any]:
-    """What the agent sees for a submission whose evaluation produced no result
-    (`ResultRecord.failure` as JSON values, for the dispatcher protocol)."""
-    return ResultRecord.failure(index, task, error).to_json()
-
-
-def dispatch_record(index: int, error: str, exit_code: int | None, log_key: str | None) -> dict[str, Any]:
-    """`submissions/<n>/dispatch.json` as JSON values (`DispatchRecord.failed`): for the service,
-    which writes it with `put_json` until it writes the record."""
-    return DispatchRecord.failed(index, error, exit_code, log_key).to_json()
 
 
 class LocalDispatcher:
@@ -99,7 +88,7 @@ class LocalDispatcher:
             args += ["--limit", str(self.limit)]
         return args
 
-    def evaluate(self, index: int) -> dict[str, Any]:
+    def evaluate(self, index: int) -> ResultRecord:
         log_key = self.layout.log(f"eval-{index:05d}")
         with tempfile.TemporaryDirectory(prefix="a2rl-eval-log-") as tmp:
             log_path = Path(tmp) / "eval.log"
@@ -113,8 +102,8 @@ class LocalDispatcher:
             error = problem or f"evaluation process exited with code {exit_code} without writing a result"
             failed = DispatchRecord.failed(index, error, exit_code, log_key)
             write_record(self.store, dispatch_key(self.layout, index), failed)
-            return failure_result(index, self.task, error)
-        return result.to_json()
+            return ResultRecord.failure(index, self.task, error)
+        return result
 
     def _run(self, index: int, log_path: Path) -> tuple[int | None, str | None]:
         """(exit code, problem) of one eval process; the problem is None when it ran normally."""

@@ -23,6 +23,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from a2rl.constants import BASELINE_INDEX
+from a2rl.records.base import write_record
+from a2rl.records.dispatch import DispatchRecord, dispatch_key
+from a2rl.records.result import ResultRecord
+from a2rl.records.submission import SnapshotInfo, SubmissionManifest
+from a2rl.records.tree import TreeRecord
 from a2rl.scores import improvement
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import DigestCache, snapshot_tree
@@ -30,7 +35,7 @@ from a2rl.store.layout import RunLayout
 from a2rl.tracing import ATTR_SUBMISSION_INDEX, annotate, span
 from a2rl.workspace import update_run_meta
 from a2rl_recorder.config import RecorderConfig
-from a2rl_recorder.dispatch import EvaluationDispatcher, dispatch_record, failure_result
+from a2rl_recorder.dispatch import EvaluationDispatcher
 from a2rl_recorder.snapshots import CodeSnapshotter
 from a2rl_recorder.spool import SpoolingStore
 from a2rl_recorder.state import RunState
@@ -202,25 +207,26 @@ class Recorder:
             self._next_index += 1
             self._allocated += 1
             submitted = self.clock()
-            self.store.put_json(
+            write_record(
+                self.store,
                 self.layout.submission_manifest(index),
-                {
-                    "index": index,
-                    "submitted_at": iso(submitted),
-                    "model_path": candidate.rel_path,
-                    "model": model.to_json(),
-                    "model_digest": model.digest,
-                    "base_model_digest": base_digest,
-                    "identical_to_base": identical,
-                    "code_revision": revision.index if revision else None,
-                    "code_digest": revision.digest if revision else None,
-                    "request": body,
-                    "snapshot": {
-                        "files_uploaded": stats.files_uploaded,
-                        "bytes_uploaded": stats.bytes_uploaded,
-                        "seconds": stats.seconds,
-                    },
-                },
+                SubmissionManifest(
+                    index=index,
+                    submitted_at=iso(submitted),
+                    model_path=candidate.rel_path,
+                    model=TreeRecord.of(model),
+                    model_digest=model.digest,
+                    base_model_digest=base_digest,
+                    identical_to_base=identical,
+                    code_revision=revision.index if revision else None,
+                    code_digest=revision.digest if revision else None,
+                    request=body,
+                    snapshot=SnapshotInfo(
+                        files_uploaded=stats.files_uploaded,
+                        bytes_uploaded=stats.bytes_uploaded,
+                        seconds=stats.seconds,
+                    ),
+                ),
             )
             mark = self._spool_mark()
         self._last_submit_time = submitted
@@ -245,8 +251,12 @@ class Recorder:
             }
         with span("dispatch", {ATTR_SUBMISSION_INDEX: index}):
             result = self._result_for(index, identical, model.digest)
+        return 200, self._reply(index, result, t0)
+
+    def _reply(self, index: int, result: ResultRecord, t0: float) -> dict[str, Any]:
+        """The agent's answer to a submit that was evaluated (an HTTP reply, not a store document)."""
         summary = self.state.summary()
-        score = result.get("score")
+        score = result.score
         reply: dict[str, Any] = {
             "submission_id": index,
             "score": score,
@@ -258,17 +268,19 @@ class Recorder:
             "total_submissions": summary.total_submissions,
             "elapsed_seconds": round(time.monotonic() - t0, 3),
         }
-        if result.get("error"):
-            reply["error"] = result["error"]
-        return 200, reply
+        if result.error:
+            reply["error"] = result.error
+        return reply
 
-    def _result_for(self, index: int, identical: bool, digest: str) -> dict[str, Any]:
+    def _result_for(self, index: int, identical: bool, digest: str) -> ResultRecord:
         if identical:
-            baseline = self.state.baseline_result()
+            baseline = self.state.baseline_record()
             if baseline is not None:
                 # Same bytes as the base model: its score is the baseline's; no need to evaluate.
-                copied = {**baseline, "index": index, "model_digest": digest, "copied_from_baseline": True}
-                self.store.put_json(self.layout.submission_result(index), copied)
+                copied = baseline.model_copy(
+                    update={"index": index, "model_digest": digest, "copied_from_baseline": True}
+                )
+                write_record(self.store, self.layout.submission_result(index), copied)
                 return copied
         with self._eval_lock:
             try:
@@ -276,11 +288,9 @@ class Recorder:
             except Exception as exc:  # the dispatcher's own bug must not take the recorder down
                 log.exception("evaluation of submission %d failed", index)
                 error = f"evaluation failed: {type(exc).__name__}"
-                self.store.put_json(
-                    f"{self.layout.submission_dir(index)}/dispatch.json",
-                    dispatch_record(index, error, None, None),
-                )
-                return failure_result(index, self.config.task, error)
+                failed = DispatchRecord.failed(index, error, None, None)
+                write_record(self.store, dispatch_key(self.layout, index), failed)
+                return ResultRecord.failure(index, self.config.task, error)
 
     # --- an unreachable store -----------------------------------------------------------
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from a2rl.constants import BASELINE_INDEX
 from a2rl.records.base import read_record
@@ -115,8 +114,3 @@ class RunState:
 
     def baseline_record(self) -> ResultRecord | None:
         return self.result(BASELINE_INDEX)
-
-    def baseline_result(self) -> dict[str, Any] | None:
-        """`baseline_record()` as JSON values (the service copies it into a submission's result)."""
-        record = self.baseline_record()
-        return None if record is None else record.to_json()

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from a2rl_grader.baseline import baseline_manifest
+from a2rl_grader.baseline import baseline_submission_manifest
 from a2rl_tasks import get_task
 from a2rl_tasks.artifacts import fetch_artifact, store_prefix
 from a2rl_tasks.staging import TRAIN
@@ -35,6 +35,9 @@ from a2rl.contracts.setup import SetupParams
 from a2rl.errors import A2rlError, NotFoundError
 from a2rl.models.library import source_layouts
 from a2rl.models.resolve import resolve_base_model
+from a2rl.records.base import read_record, write_record
+from a2rl.records.submission import SubmissionManifest
+from a2rl.records.tree import TreeRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import snapshot_tree
 from a2rl.store.layout import RunLayout
@@ -46,13 +49,10 @@ Say = Callable[[str], None]
 
 
 def recorded_base_digest(store: ObjectStore, layout: RunLayout) -> str | None:
-    """The base model's tree digest from submission 0's manifest (None before setup wrote it)."""
-    try:
-        manifest = store.get_json(layout.submission_manifest(BASELINE_INDEX))
-    except NotFoundError:
-        return None
-    digest = manifest.get("model_digest") if isinstance(manifest, dict) else None
-    return digest if isinstance(digest, str) else None
+    """The base model's tree digest from submission 0's manifest (None before setup wrote it, or
+    when it is unreadable)."""
+    manifest = read_record(store, layout.submission_manifest(BASELINE_INDEX), SubmissionManifest)
+    return None if manifest is None else manifest.model_digest
 
 
 def fetch_train_data(store: ObjectStore, task: Any, seed: int, dest: Path) -> dict[str, Any]:
@@ -75,7 +75,7 @@ def setup_workspace(
     *,
     create_submission: Callable[[int], Any],
     say: Say = print,
-) -> dict[str, Any]:
+) -> SubmissionManifest:
     """Prepare `config.workspace` and record the baseline submission; returns its manifest."""
 
     task = get_task(config.task)
@@ -109,8 +109,8 @@ def setup_workspace(
         # A model from the store's library is copied inside the store, not uploaded again.
         copy_from = source_layouts(params.base_model_source)
         tree, stats = snapshot_tree(store, layout, model_dir, copy_from=copy_from)
-        manifest = baseline_manifest(tree.to_json(), tree.digest, base_name)
-        store.put_json(layout.submission_manifest(BASELINE_INDEX), manifest)
+        manifest = baseline_submission_manifest(TreeRecord.of(tree), tree.digest, base_name)
+        write_record(store, layout.submission_manifest(BASELINE_INDEX), manifest)
     say(
         f"[a2rl-setup] base model {tree.digest[:12]} in the store "
         f"({stats.files_uploaded} file(s), {stats.bytes_uploaded} bytes uploaded; "
