@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 A2RL := $(VENV)/bin/a2rl
 
-.PHONY: venv demo test lint typecheck crds lock testenv clean
+.PHONY: venv demo test test-unit lint typecheck crds lock testenv clean
 
 venv:
 	@hack/venv
@@ -19,7 +19,11 @@ test: venv
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m mypy
-	$(PY) -m pytest
+	$(PY) -m pytest tests
+
+# The unit tier alone (no control plane, no MinIO, no training): a few minutes.
+test-unit: venv
+	$(PY) -m pytest tests/unit
 
 lint: venv
 	$(PY) -m ruff check .

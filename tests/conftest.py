@@ -14,7 +14,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 if (Path(__file__).parent / "testenv" / "fixtures.py").exists():
     # The real control plane and MinIO, and the grading fixtures built on them.
-    pytest_plugins = ["tests.testenv.fixtures", "tests.grading_fixtures"]
+    pytest_plugins = ["tests.testenv.fixtures", "tests.support.grading_fixtures"]
 
 
 def _has_cuda_gpu() -> bool:

@@ -52,7 +52,7 @@ def baseline_submission_manifest(tree: TreeRecord, digest: str, base_name: str) 
 
 
 def baseline_manifest(tree_json: dict[str, Any], digest: str, base_name: str) -> dict[str, Any]:
-    """`baseline_submission_manifest` from and to JSON values (for tests/grading_support.py, which
+    """`baseline_submission_manifest` from and to JSON values (for tests/support/grading_support.py, which
     builds a dict manifest; every a2rl package uses the record)."""
     return baseline_submission_manifest(TreeRecord.from_json(tree_json), digest, base_name).to_json()
 

@@ -50,7 +50,7 @@ def install_parse_cache() -> None:
     The PDDL environment re-parses every command template and feedback rule with tatsu at every
     step (it derives the text of each valid command), which costs ~0.1-0.5 s per step. Parsing
     is a pure function of the rule text, so the parsed trees are cached and deep-copied on use;
-    `tests/test_tasks_alfworld.py` checks that whole episodes read the same with and without it.
+    `tests/e2e/test_tasks_alfworld.py` checks that whole episodes read the same with and without it.
     """
     from textworld.envs.pddl import textgen
     from textworld.logic import Rule

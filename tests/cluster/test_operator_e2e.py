@@ -1,0 +1,556 @@
+"""The operator against the real control plane (etcd + kube-apiserver + KCM + scheduler + kwok).
+
+The operator runs as `a2rl operator` in a subprocess, authenticated as its own ServiceAccount
+bound to the ClusterRole from `a2rl_operator.rbac` (the Helm chart's rules), never as admin.
+kwok plays the kubelet: pods go Running, and the test decides how they end.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, ENV_TRACEPARENT, FINALIZER, LABEL_RUN_UID
+from a2rl.tracing.context import traceparent_from_annotations
+from tests.support.operator_install import OperatorProcess
+from tests.support.operator_support import (
+    RESTRICTED,
+    condition,
+    get_run,
+    persistent_volumes,
+    started_operator,
+    wait_run,
+)
+from tests.support.pss import restricted_violations
+
+pytestmark = [pytest.mark.cluster, pytest.mark.minio]
+
+SETUP_ALLOWANCE_S = 2  # the Job deadline is budget + grace + this; small so the deadline test is quick
+FINALIZER_TIMEOUT_S = 12  # how long retention may hold a deleted run (small: the bound is tested)
+STORE_BUCKET, STORE_PREFIX = "a2rl-e2e", "runs"
+DIFFBASE_ANNOTATION = f"{API_GROUP}/last-handled-configuration"
+
+
+# `admin` is in tests/support/grading_fixtures.py; this module's operator and volumes are its own.
+
+
+@pytest.fixture(scope="module")
+def volumes(admin: client.ApiClient) -> Iterator[None]:
+    """Pre-provisioned PersistentVolumes (the test cluster has no dynamic provisioner)."""
+    with persistent_volumes(admin, "e2e-ws", 40):
+        yield
+
+
+@pytest.fixture(scope="module")
+def operator(
+    volumes: None,
+    control_plane: Any,
+    minio: Any,
+    admin: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorProcess]:
+    args = ["--store-uri", f"s3://{STORE_BUCKET}/{STORE_PREFIX}",
+            "--setup-allowance", str(SETUP_ALLOWANCE_S), "--workspace-size", "1Gi",
+            "--store-egress", "10.0.0.9/32:9000",
+            "--apiserver-egress", "127.0.0.1/32:6443",
+            "--finalizer-timeout", str(FINALIZER_TIMEOUT_S)]  # fmt: skip
+    env = {"AWS_ENDPOINT_URL": minio.endpoint, "AWS_ACCESS_KEY_ID": minio.access_key,
+           "AWS_SECRET_ACCESS_KEY": minio.secret_key}  # fmt: skip
+    with started_operator(admin, tmp_path_factory.mktemp("operator"), args, env=env) as proc:
+        yield proc
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def spec(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "task": "arith",
+        "baseModel": {"name": "tiny", "source": "builtin:tiny"},
+        "agent": {
+            "image": "ghcr.io/a2rl/agent-baselines:0.1.0",
+            "command": ["python", "-m", "a2rl_agents.sft"],
+        },
+        "budget": {"wallTimeSeconds": 3600, "graceSeconds": 5},
+        "resources": {"cpu": "1", "memory": "1Gi", "gpus": 1},
+    }
+    base.update(overrides)
+    return base
+
+
+def create_run(api: client.ApiClient, ns: str, name: str, **overrides: Any) -> dict[str, Any]:
+    body = {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "BenchRun",
+        "metadata": {"name": name},
+        "spec": spec(**overrides),
+    }
+    created: dict[str, Any] = client.CustomObjectsApi(api).create_namespaced_custom_object(
+        API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL, body
+    )
+    return created
+
+
+def agent_pod(api: client.ApiClient, ns: str, uid: str, timeout: float = 60) -> Any:
+    from tests.testenv.controlplane import wait_for
+
+    core = client.CoreV1Api(api)
+
+    def running() -> Any:
+        pods = core.list_namespaced_pod(ns, label_selector=f"{LABEL_RUN_UID}={uid}").items
+        return pods[0] if pods and pods[0].status.phase == "Running" else None
+
+    return wait_for(running, timeout=timeout, what=f"running agent pod of {uid}")
+
+
+def events_of(api: client.ApiClient, ns: str, name: str) -> list[tuple[str, str]]:
+    items = (
+        client.CoreV1Api(api)
+        .list_namespaced_event(ns, field_selector=f"involvedObject.kind=BenchRun,involvedObject.name={name}")
+        .items
+    )
+    return [(e.type, e.reason) for e in sorted(items, key=lambda e: e.metadata.creation_timestamp)]
+
+
+def children_of(api: client.ApiClient, ns: str, uid: str) -> dict[str, list[Any]]:
+    sel = f"{LABEL_RUN_UID}={uid}"
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    return {
+        "PersistentVolumeClaim": core.list_namespaced_persistent_volume_claim(ns, label_selector=sel).items,
+        "ServiceAccount": core.list_namespaced_service_account(ns, label_selector=sel).items,
+        "Role": rbac.list_namespaced_role(ns, label_selector=sel).items,
+        "RoleBinding": rbac.list_namespaced_role_binding(ns, label_selector=sel).items,
+        "NetworkPolicy": client.NetworkingV1Api(api)
+        .list_namespaced_network_policy(ns, label_selector=sel)
+        .items,
+        "Secret": core.list_namespaced_secret(ns, label_selector=sel).items,
+        "Job": client.BatchV1Api(api).list_namespaced_job(ns, label_selector=sel).items,
+        "Pod": core.list_namespaced_pod(ns, label_selector=sel).items,
+    }
+
+
+def benchrun_table(api: client.ApiClient, ns: str) -> dict[str, Any]:
+    """What `kubectl get benchruns` prints: the server-side Table of the CRD's printer columns."""
+    method, url, headers, _, _ = api.param_serialize(
+        "GET", f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{ns}/{BENCHRUN_PLURAL}",
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        auth_settings=["BearerToken"],
+    )  # fmt: skip
+    resp = api.call_api(method, url, header_params=headers)
+    assert resp.status == 200
+    table: dict[str, Any] = json.loads(resp.read())
+    return table
+
+
+def format_table(table: dict[str, Any]) -> str:
+    cols = [c["name"].upper() for c in table["columnDefinitions"] if c["priority"] == 0]
+    idx = [i for i, c in enumerate(table["columnDefinitions"]) if c["priority"] == 0]
+    rows = [[("" if r["cells"][i] is None else str(r["cells"][i])) for i in idx] for r in table["rows"]]
+    widths = [max(len(x) for x in col) for col in zip(cols, *rows, strict=False)]
+    return "\n".join(
+        "   ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in [cols, *rows]
+    )
+
+
+def run_name() -> str:
+    return f"br-{uuid.uuid4().hex[:6]}"
+
+
+# --- tests -----------------------------------------------------------------------------------
+
+
+def test_benchrun_creates_owned_sandboxed_children_and_succeeds(
+    operator: OperatorProcess, admin: client.ApiClient, make_namespace: Callable[..., str]
+) -> None:
+    from tests.testenv.fixtures import complete_pod
+
+    ns = make_namespace(labels=RESTRICTED)
+    # Control: the namespace really enforces `restricted` (a root pod is refused).
+    bad = {
+        "metadata": {"name": "root"},
+        "spec": {"containers": [{"name": "c", "image": "x", "securityContext": {"runAsUser": 0}}]},
+    }
+    with pytest.raises(ApiException) as refused:
+        client.CoreV1Api(admin).create_namespaced_pod(ns, bad)
+    assert refused.value.status == 403 and "restricted" in str(refused.value.body)
+
+    name = run_name()
+    uid = create_run(
+        admin,
+        ns,
+        name,
+        agent={"image": "agent:1", "command": ["agent"], "env": [{"name": "FOO", "value": "bar"}]},
+    )["metadata"]["uid"]
+    run = wait_run(admin, ns, name, "AgentRunning")
+    kids = children_of(admin, ns, uid)
+    for kind, objs in kids.items():
+        assert len(objs) == 1, f"{kind}: {len(objs)}"
+        (ref,) = objs[0].metadata.owner_references
+        expected_kind, expected_uid = (
+            ("Job", kids["Job"][0].metadata.uid) if kind == "Pod" else ("BenchRun", uid)
+        )
+        assert (ref.kind, ref.uid, ref.controller) == (expected_kind, expected_uid, True)
+    pod = kids["Pod"][0]
+    pod_dict = admin.sanitize_for_serialization(pod)["spec"]
+    assert (
+        restricted_violations(pod_dict) == []
+    )  # admitted by PodSecurity `restricted`, and our checker agrees
+    agent = pod.spec.containers[0]
+    assert agent.resources.requests["nvidia.com/gpu"] == "1" == agent.resources.limits["nvidia.com/gpu"]
+    assert pod.spec.automount_service_account_token is False
+    assert not any(m.name == "runner-token" for m in agent.volume_mounts)
+    setup, recorder = pod.spec.init_containers
+    assert setup.name == "setup" and setup.restart_policy is None  # runs to completion first
+    assert any(m.name == "runner-token" for m in recorder.volume_mounts)
+    assert recorder.restart_policy == "Always"
+    assert pod.metadata.annotations["karpenter.sh/do-not-disrupt"] == "true"
+    # One trace per run: the operator annotated the run before building its pod, and the recorder
+    # (only) carries that trace context.
+    tp = traceparent_from_annotations(run["metadata"].get("annotations"))
+    assert tp is not None
+    renv = {e.name: e.value for e in recorder.env}
+    assert renv[ENV_TRACEPARENT] == str(tp)
+    assert ENV_TRACEPARENT not in {e.name for e in agent.env or []}
+    job = kids["Job"][0]
+    assert job.spec.active_deadline_seconds == 3600 + 5 + SETUP_ALLOWANCE_S
+    assert run["status"]["phase"] == "Running" and run["status"]["startTime"]
+    assert run["metadata"]["finalizers"] == [FINALIZER]
+    assert all(c["observedGeneration"] == 1 for c in run["status"]["conditions"])
+    # kopf's state lives under our group: the finalizer above, the diff-base annotation here.
+    from tests.testenv.controlplane import wait_for
+
+    annotations = wait_for(
+        lambda: (
+            (get_run(admin, ns, name)["metadata"].get("annotations") or {}).get(DIFFBASE_ANNOTATION)
+            and get_run(admin, ns, name)["metadata"]["annotations"]
+        ),
+        timeout=20,
+        what="kopf diff-base annotation",
+    )
+    assert json.loads(annotations[DIFFBASE_ANNOTATION])["spec"]["task"] == "arith"
+    assert not any(k.startswith("kopf.zalando.org") for k in annotations)
+    assert "kopf" not in json.dumps(run["status"])
+    assert traceparent_from_annotations(annotations) == tp  # never replaced by later reconciles
+    # Liveness endpoint of the operator.
+    with urllib.request.urlopen(operator.healthz, timeout=5) as resp:
+        assert resp.status == 200
+
+    complete_pod(admin, ns, pod.metadata.name, "succeeded")
+    run = wait_run(admin, ns, name, "Succeeded", reason="AgentCompleted")
+    assert condition(run, "AgentFinished")["reason"] == "Completed"  # type: ignore[index]
+    assert condition(run, "AgentRunning")["status"] == "False"  # type: ignore[index]
+    assert run["status"]["phase"] == "Succeeded" and run["status"]["completionTime"]
+    types = [c["type"] for c in run["status"]["conditions"]]
+    assert types[:2] == ["Accepted", "Admitted"] and "WorkspaceReady" in types
+    wanted = {("Normal", "CreatedWorkspace"), ("Normal", "Accepted"), ("Normal", "PodScheduled"),
+              ("Normal", "Running"), ("Normal", "Completed"), ("Normal", "AgentCompleted")}  # fmt: skip
+    wait_for(lambda: wanted <= set(events_of(admin, ns, name)), timeout=20, what=f"events {wanted}")
+    assert "failed with an exception" not in operator.log_path.read_text(), operator.log_tail()
+    table = benchrun_table(admin, ns)
+    assert [c["name"] for c in table["columnDefinitions"] if c["priority"] == 0] == [
+        "Name", "Task", "Agent", "State", "Submissions", "Best", "Improvement", "Age",
+    ]  # fmt: skip
+    assert table["rows"][0]["cells"][3] == "Succeeded"
+    print("\n" + format_table(table))
+
+
+def test_agent_failure_and_deadline(
+    operator: OperatorProcess, admin: client.ApiClient, namespace: str
+) -> None:
+    from tests.testenv.fixtures import complete_pod
+
+    failing, late = run_name(), run_name()
+    uid = create_run(admin, namespace, failing)["metadata"]["uid"]
+    create_run(admin, namespace, late, budget={"wallTimeSeconds": 3, "graceSeconds": 0})
+    pod = agent_pod(admin, namespace, uid)
+    complete_pod(admin, namespace, pod.metadata.name, "failed", exit_code=3)
+    run = wait_run(admin, namespace, failing, "Failed", reason="AgentFailed")
+    assert condition(run, "AgentFinished")["reason"] == "Failed"  # type: ignore[index]
+    assert run["status"]["phase"] == "Failed"
+    run = wait_run(admin, namespace, late, "AgentFinished", reason="DeadlineExceeded", timeout=60)
+    assert condition(run, "Succeeded")["reason"] == "BudgetExhausted"  # type: ignore[index]
+    from tests.testenv.controlplane import wait_for
+
+    wait_for(
+        lambda: ("Warning", "AgentFailed") in events_of(admin, namespace, failing),
+        timeout=20,
+        what="AgentFailed event",
+    )
+    wait_for(
+        lambda: ("Warning", "DeadlineExceeded") in events_of(admin, namespace, late),
+        timeout=20,
+        what="DeadlineExceeded event",
+    )
+    print("\n" + format_table(benchrun_table(admin, namespace)))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"budget": {"wallTimeSeconds": 0}}, "spec.budget.wallTimeSeconds"),
+        ({"agent": {"command": ["a"], "env": [{"name": "TASK", "value": "x"}]}}, "spec.agent.env"),
+        ({"resources": {"gpus": -1}}, "spec.resources.gpus"),
+    ],
+)
+def test_invalid_benchrun_is_rejected_by_the_api_server(
+    admin: client.ApiClient, operator: OperatorProcess, namespace: str, overrides: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ApiException) as exc:
+        create_run(admin, namespace, run_name(), **overrides)
+    assert exc.value.status == 422
+    assert field in json.loads(exc.value.body)["message"]
+
+
+def test_unknown_task_is_not_accepted_and_creates_nothing(
+    operator: OperatorProcess, admin: client.ApiClient, namespace: str
+) -> None:
+    name = run_name()
+    uid = create_run(admin, namespace, name, task="no-such-task")["metadata"]["uid"]
+    run = wait_run(admin, namespace, name, "Accepted", status="False", reason="UnknownTask")
+    assert "no-such-task" in condition(run, "Accepted")["message"]  # type: ignore[index]
+    assert condition(run, "Failed")["status"] == "True" and run["status"]["phase"] == "Failed"  # type: ignore[index]
+    assert all(not objs for objs in children_of(admin, namespace, uid).values())
+    from tests.testenv.controlplane import wait_for
+
+    wait_for(
+        lambda: ("Warning", "UnknownTask") in events_of(admin, namespace, name),
+        timeout=20,
+        what="UnknownTask event",
+    )
+
+
+def test_run_serviceaccount_cannot_write_submission_status(
+    operator: OperatorProcess, admin: client.ApiClient, namespace: str, control_plane: Any
+) -> None:
+    name = run_name()
+    create_run(admin, namespace, name)
+    wait_run(admin, namespace, name, "AgentRunning")  # every child exists (the Job is last)
+    runner = f"{name}-runner"
+    user = f"system:serviceaccount:{namespace}:{runner}"
+    authz = client.AuthorizationV1Api(admin)
+
+    def allowed(verb: str, resource: str, sub: str = "", res_name: str = "") -> bool:
+        attrs = {"namespace": namespace, "verb": verb, "group": API_GROUP, "resource": resource,
+                 "subresource": sub, "name": res_name}  # fmt: skip
+        groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]
+        review = {"spec": {"user": user, "groups": groups, "resourceAttributes": attrs}}
+        return bool(authz.create_subject_access_review(review).status.allowed)
+
+    assert allowed("create", "benchsubmissions")
+    assert allowed("get", "benchruns", res_name=name)
+    assert not allowed("update", "benchsubmissions", "status", "s-1")
+    assert not allowed("patch", "benchsubmissions", "status", "s-1")
+    assert not allowed("update", "benchruns", "status", name)
+    assert not allowed("get", "benchruns", res_name="someone-else")
+    assert not allowed("update", "benchruns", res_name=name)
+    assert not allowed("delete", "benchsubmissions", res_name="s-1")
+
+    # The same with real requests, authenticated with a token of the run's ServiceAccount.
+    as_runner = client.CustomObjectsApi(
+        control_plane.api_client(control_plane.kubeconfig_for_serviceaccount(namespace, runner, create=False))
+    )
+    assert as_runner.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, BENCHRUN_PLURAL,
+                                                  name)["metadata"]["name"] == name  # fmt: skip
+    status_body = {"status": {"state": "Succeeded", "score": 100.0}}
+    for call in (
+        lambda: as_runner.patch_namespaced_custom_object_status(
+            API_GROUP, API_VERSION, namespace, "benchsubmissions", "s-1", status_body),
+        lambda: as_runner.replace_namespaced_custom_object_status(
+            API_GROUP, API_VERSION, namespace, "benchsubmissions", "s-1",
+            {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "BenchSubmission",
+             "metadata": {"name": "s-1"}, **status_body}),
+        lambda: as_runner.patch_namespaced_custom_object_status(
+            API_GROUP, API_VERSION, namespace, BENCHRUN_PLURAL, name, {"status": {"phase": "Succeeded"}}),
+    ):  # fmt: skip
+        with pytest.raises(ApiException) as denied:
+            call()
+        assert denied.value.status == 403 and user in str(denied.value.body)
+
+
+def test_operator_killed_mid_run_creates_no_duplicates(
+    operator: OperatorProcess, admin: client.ApiClient, namespace: str
+) -> None:
+    from a2rl_operator.config import OperatorConfig
+    from a2rl_operator.kube import Kube
+    from a2rl_operator.manifests import children
+
+    from tests.testenv.fixtures import complete_pod
+
+    first, second = run_name(), run_name()
+    uid = create_run(admin, namespace, first)["metadata"]["uid"]
+    pod = agent_pod(admin, namespace, uid)
+    operator.kill()  # SIGKILL mid-run: no clean-up, no finalizer or state written on the way out
+    try:
+        # Created while no operator runs, and half-reconciled: the killed operator got as far as
+        # the first three children (what it would have created, owner references included).
+        uid2 = create_run(admin, namespace, second)["metadata"]["uid"]
+        config = OperatorConfig(store_uri=f"s3://{STORE_BUCKET}/{STORE_PREFIX}", workspace_size="1Gi")
+        partial = children(get_run(admin, namespace, second), config)[:3]
+        assert [m["kind"] for m in partial] == ["PersistentVolumeClaim", "ServiceAccount", "Role"]
+        for manifest in partial:
+            assert Kube(admin).ensure(manifest, uid2)
+    finally:
+        operator.start()
+    pod2 = agent_pod(admin, namespace, uid2)
+    # The running run was resumed, not redone: same pod, and no second CreatedWorkspace.
+    assert agent_pod(admin, namespace, uid).metadata.uid == pod.metadata.uid
+    complete_pod(admin, namespace, pod.metadata.name, "succeeded")
+    complete_pod(admin, namespace, pod2.metadata.name, "succeeded")
+    wait_run(admin, namespace, first, "Succeeded")
+    wait_run(admin, namespace, second, "Succeeded")
+    for u in (uid, uid2):
+        counts = {kind: len(objs) for kind, objs in children_of(admin, namespace, u).items()}
+        assert counts == dict.fromkeys(counts, 1), counts
+    created = {
+        e.involved_object.name: e.message
+        for e in client.CoreV1Api(admin).list_namespaced_event(namespace).items
+        if e.reason == "CreatedWorkspace"
+    }
+    assert sum(e.reason == "CreatedWorkspace" and e.involved_object.name == first
+               for e in client.CoreV1Api(admin).list_namespaced_event(namespace).items) == 1  # fmt: skip
+    # The restarted operator created only what was missing.
+    assert "Job" in created[second] and "NetworkPolicy" in created[second]
+    assert "PersistentVolumeClaim" not in created[second] and "ServiceAccount" not in created[second]
+
+
+def test_kueue_queue_name_suspends_until_admitted(
+    operator: OperatorProcess, admin: client.ApiClient, namespace: str
+) -> None:
+    name = run_name()
+    uid = create_run(admin, namespace, name, queueName="gpu-queue")["metadata"]["uid"]
+    run = wait_run(admin, namespace, name, "Queued", reason="WaitingForAdmission")
+    assert run["status"]["phase"] == "Queued"
+    batch = client.BatchV1Api(admin)
+    (job,) = batch.list_namespaced_job(namespace, label_selector=f"{LABEL_RUN_UID}={uid}").items
+    assert job.spec.suspend is True and job.metadata.labels["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    # What Kueue does on admission: unsuspend the Job.
+    batch.patch_namespaced_job(job.metadata.name, namespace, {"spec": {"suspend": False}})
+    wait_run(admin, namespace, name, "Admitted", reason="Admitted")
+    wait_run(admin, namespace, name, "AgentRunning")
+    assert condition(get_run(admin, namespace, name), "Queued")["status"] == "False"  # type: ignore[index]
+
+
+def test_gpu_quota_blocks_then_frees_without_failing(
+    operator: OperatorProcess, admin: client.ApiClient, namespace: str
+) -> None:
+    from tests.testenv.fixtures import complete_pod
+
+    quota = {"metadata": {"name": "gpus"}, "spec": {"hard": {"requests.nvidia.com/gpu": "1"}}}
+    client.CoreV1Api(admin).create_namespaced_resource_quota(namespace, quota)
+    first, second = run_name(), run_name()
+    uid = create_run(admin, namespace, first)["metadata"]["uid"]
+    pod = agent_pod(admin, namespace, uid)
+    create_run(admin, namespace, second)
+    run = wait_run(admin, namespace, second, "QuotaExceeded", timeout=90)
+    message = condition(run, "QuotaExceeded")["message"]  # type: ignore[index]
+    assert "exceeded quota: gpus" in message and "nvidia.com/gpu" in message
+    assert run["status"]["phase"] == "Queued" and condition(run, "Failed") is None
+    complete_pod(admin, namespace, pod.metadata.name, "succeeded")
+    run = wait_run(
+        admin, namespace, second, "QuotaExceeded", status="False", reason="QuotaAvailable", timeout=150
+    )
+    wait_run(admin, namespace, second, "AgentRunning", timeout=30)
+    from tests.testenv.controlplane import wait_for
+
+    wait_for(
+        lambda: ("Warning", "ExceededQuota") in events_of(admin, namespace, second),
+        timeout=20,
+        what="quota event",
+    )
+
+
+def _store(minio: Any) -> Any:
+    from minio import Minio
+
+    return Minio(minio.endpoint.removeprefix("http://"), access_key=minio.access_key,
+                 secret_key=minio.secret_key, secure=False)  # fmt: skip
+
+
+def _record_key(ns: str, name: str, uid: str) -> str:
+    return f"{STORE_PREFIX}/{ns}/{name}-{uid}/benchrun.json"
+
+
+def _gone(admin: client.ApiClient, ns: str, name: str) -> bool:
+    try:
+        get_run(admin, ns, name)
+    except ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+def _delete_run(admin: client.ApiClient, ns: str, name: str) -> None:
+    client.CustomObjectsApi(admin).delete_namespaced_custom_object(
+        API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL, name
+    )
+
+
+def test_deletion_keeps_the_final_record_and_cascades_to_children(
+    operator: OperatorProcess, admin: client.ApiClient, namespace: str, minio: Any
+) -> None:
+    from tests.testenv.controlplane import wait_for
+
+    name = run_name()
+    uid = create_run(admin, namespace, name)["metadata"]["uid"]
+    agent_pod(admin, namespace, uid)
+    wait_run(admin, namespace, name, "AgentRunning")
+    _delete_run(admin, namespace, name)
+    wait_for(lambda: _gone(admin, namespace, name), timeout=30, what="BenchRun deleted (finalizer released)")
+    # Retention: the final record (with the conditions up to the deletion) is in the store.
+    record = json.loads(_store(minio).get_object(STORE_BUCKET, _record_key(namespace, name, uid)).read())
+    assert record["metadata"]["uid"] == uid and record["metadata"]["deletionTimestamp"]
+    assert record["spec"]["task"] == "arith"
+    assert {c["type"] for c in record["status"]["conditions"]} >= {"Accepted", "AgentRunning"}
+    wait_for(
+        lambda: all(not objs for objs in children_of(admin, namespace, uid).values()),
+        timeout=60,
+        what="children collected",
+    )
+
+
+def test_finalizer_is_bounded_and_has_an_escape_annotation(
+    operator: OperatorProcess, admin: client.ApiClient, namespace: str, minio: Any
+) -> None:
+    """Retention fails while the store is down: the finalizer holds the run, but not forever."""
+    import time
+
+    from tests.testenv.controlplane import wait_for
+
+    forced, bounded = run_name(), run_name()
+    uids = {n: create_run(admin, namespace, n)["metadata"]["uid"] for n in (forced, bounded)}
+    for n in (forced, bounded):
+        wait_run(admin, namespace, n, "Accepted")
+    minio.stop()
+    try:
+        deleted_at = time.monotonic()
+        for n in (forced, bounded):
+            _delete_run(admin, namespace, n)
+        time.sleep(4)  # retention is failing and retried: both are held by the finalizer
+        for n in (forced, bounded):
+            run = get_run(admin, namespace, n)
+            assert run["metadata"]["deletionTimestamp"] and run["metadata"]["finalizers"] == [FINALIZER]
+        client.CustomObjectsApi(admin).patch_namespaced_custom_object(
+            API_GROUP, API_VERSION, namespace, BENCHRUN_PLURAL, forced,
+            {"metadata": {"annotations": {"a2rl.dev/force-finalize": "true"}}},
+        )  # fmt: skip
+        wait_for(lambda: _gone(admin, namespace, forced), timeout=15, what="forced release")
+        assert not _gone(admin, namespace, bounded), "released before the timeout without the annotation"
+        wait_for(lambda: _gone(admin, namespace, bounded), timeout=FINALIZER_TIMEOUT_S + 20,
+                 what="release after the finalizer timeout")  # fmt: skip
+        assert time.monotonic() - deleted_at >= FINALIZER_TIMEOUT_S - 1
+    finally:
+        minio.start()
+    store = _store(minio)
+    for n, uid in uids.items():  # nothing could be written while the store was down
+        assert not list(store.list_objects(STORE_BUCKET, prefix=f"{STORE_PREFIX}/{namespace}/{n}-{uid}/"))
+    wait_for(
+        lambda: all(not objs for u in uids.values() for objs in children_of(admin, namespace, u).values()),
+        timeout=60,
+        what="children collected",
+    )

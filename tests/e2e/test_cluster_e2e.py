@@ -1,0 +1,278 @@
+"""The whole cluster loop on the real control plane + real MinIO, with the real reference agent.
+
+`kubectl apply` of a BenchRun → the operator (its own least-privilege ServiceAccount, grading
+on) creates the workspace Job → the test plays every container of the generated pods as a local
+process with exactly the pod spec's command, arguments, environment (env, envFrom Secrets,
+secretKeyRefs) and working directory, each mount path mapped to a local directory standing in
+for the volume, and the ServiceAccount token the kubelet would project turned into a kubeconfig
+of the same ServiceAccount (kwok does not run containers):
+
+- the workspace pod: `setup` (base model, train data, baseline BenchSubmission), the `recorder`
+  sidecar in the background, then the `agent` — the SFT reference agent training the tiny model
+  and submitting twice;
+- every eval Job's pod (`fetch-heldout`, then `eval`) as soon as the operator creates it;
+- the report Job's pod once the operator starts it.
+
+Then: BenchSubmissions with the scores the operator copied from the eval results, the BenchRun's
+best and improvement, the report in MinIO, one trace id across operator, setup, recorder, eval
+and report — and the agent's own environment can neither read held-out data nor write a score.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from a2rl.constants import API_GROUP, API_VERSION, BENCHSUBMISSION_PLURAL, LABEL_COMPONENT, LABEL_RUN_UID
+from a2rl.store.base import ObjectStore
+from a2rl.store.layout import RunLayout
+from a2rl.tracing.context import traceparent_from_annotations
+from a2rl.tracing.spans import collect_spans
+from tests.support.grading_support import (
+    STORE_URI,
+    TOKEN_DIR,
+    Played,
+    PodPlayer,
+    create_run,
+    finish_pod,
+    get_sub,
+    layout_of,
+    run_name,
+    running_pod,
+    wait_state,
+)
+from tests.support.operator_install import OperatorProcess, serviceaccount_kubeconfig
+from tests.support.operator_support import RESTRICTED, get_run, wait_run
+
+# ~8 min on 2 idle cores (two training rounds); a loaded CI runner gets twice pyproject's 900 s.
+pytestmark = [pytest.mark.cluster, pytest.mark.minio, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+EVAL_LIMIT = 40
+#: The reference agent with its default SFT settings, in two rounds of a fixed number of steps (not
+#: of seconds, so that a loaded machine changes the run's duration, not what the model learns).
+AGENT_ENV = {
+    "AGENT_MAX_ROUNDS": "2",
+    "AGENT_ROUND_MAX_STEPS": "350",
+    "AGENT_FIRST_ROUND_S": "600",
+    "AGENT_ROUND_S": "600",
+    "AGENT_EVAL_ESTIMATE_S": "40",
+}
+BUDGET_S = 1800
+
+
+class EvalPodPlayer(threading.Thread):
+    """Plays every eval pod of one run as the operator creates them (init container, then eval)."""
+
+    def __init__(self, api: client.ApiClient, ns: str, run_uid: str, scratch: Path) -> None:
+        super().__init__(name="eval-pod-player", daemon=True)
+        self.api, self.ns, self.run_uid, self.scratch = api, ns, run_uid, scratch
+        self.stop = threading.Event()
+        self.played: dict[str, list[Played]] = {}
+        self.errors: list[BaseException] = []
+
+    def run(self) -> None:
+        core = client.CoreV1Api(self.api)
+        selector = f"{LABEL_RUN_UID}={self.run_uid},{LABEL_COMPONENT}=eval"
+        while not self.stop.wait(0.5):
+            try:
+                for pod in core.list_namespaced_pod(self.ns, label_selector=selector).items:
+                    name = pod.metadata.name
+                    if pod.status.phase == "Running" and name not in self.played:
+                        self._play(self.api.sanitize_for_serialization(pod))
+            except BaseException as exc:  # reported by the test
+                self.errors.append(exc)
+                return
+
+    def _play(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        root = self.scratch / name
+        player = PodPlayer(self.api, pod, {"/var/run/a2rl/heldout": root / "heldout", "/tmp": root / "tmp"})
+        self.played[name] = player.played
+        fetched = player.run("fetch-heldout")
+        done = player.run("eval") if fetched.returncode == 0 else fetched
+        finish_pod(self.api, pod, subprocess.CompletedProcess([], done.returncode or 0))
+
+
+@pytest.fixture
+def eval_players() -> Iterator[list[EvalPodPlayer]]:
+    players: list[EvalPodPlayer] = []
+    yield players
+    for p in players:
+        p.stop.set()
+        p.join(timeout=600)
+
+
+def wait_healthy(recorder: dict[str, Any], proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    """Run the recorder container's startup probe until it passes (the kubelet starts the agent then)."""
+    from tests.testenv.controlplane import wait_for
+
+    probe = recorder["startupProbe"]["exec"]["command"]
+    argv = [sys.executable if probe[0] == "python" else probe[0], *probe[1:]]
+
+    def passes() -> bool:
+        assert proc.poll() is None, "the recorder exited during start-up"
+        return subprocess.run(argv, capture_output=True, timeout=30, check=False).returncode == 0
+
+    wait_for(passes, timeout=timeout, what="recorder startup probe")
+
+
+SUBMIT_LINE = re.compile(r"submission (\d+), score (\S+), baseline (\S+),")
+
+
+def agent_submissions(output: str) -> dict[int, tuple[str, str]]:
+    """The grading API's answers as the agent logged them: index → (score, baseline) as printed."""
+    return {int(m[1]): (m[2], m[3]) for m in SUBMIT_LINE.finditer(output)}
+
+
+def test_reference_agent_trains_submits_twice_and_the_run_is_graded_in_the_cluster(
+    operator: OperatorProcess,
+    admin: client.ApiClient,
+    store: ObjectStore,
+    make_namespace: Any,
+    eval_players: list[EvalPodPlayer],
+    tmp_path: Path,
+) -> None:
+    ns = make_namespace(labels=RESTRICTED)
+    name = run_name()
+    run = create_run(
+        admin,
+        ns,
+        name,
+        agent={
+            "image": "ghcr.io/a2rl/agents:test",
+            "command": ["python", "-m", "a2rl_agents.sft_baseline"],
+            "env": [{"name": k, "value": v} for k, v in AGENT_ENV.items()],
+        },
+        budget={"wallTimeSeconds": BUDGET_S, "graceSeconds": 10, "maxSubmissions": 3},
+        evaluation={"cpu": "1", "memory": "2Gi", "backend": "transformers", "limit": EVAL_LIMIT},
+    )
+    uid = run["metadata"]["uid"]
+    run = wait_run(admin, ns, name, "AgentRunning")
+    layout: RunLayout = layout_of(run)
+    player_thread = EvalPodPlayer(admin, ns, uid, tmp_path / "eval")
+    eval_players.append(player_thread)
+    player_thread.start()
+
+    pod = running_pod(admin, ns, f"{LABEL_RUN_UID}={uid},{LABEL_COMPONENT}=agent")
+    kubeconfig = serviceaccount_kubeconfig(
+        admin, ns, pod["spec"]["serviceAccountName"], tmp_path / "sa.kubeconfig"
+    )
+    ws = PodPlayer(
+        admin,
+        pod,
+        {
+            "/workspace": tmp_path / "workspace",
+            "/var/run/a2rl/spool": tmp_path / "spool",
+            "/tmp": tmp_path / "setup-scratch",
+            TOKEN_DIR: tmp_path / "token",
+        },
+        kubeconfig=kubeconfig,
+    )
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["setup", "recorder"]
+
+    # 1. setup: the workspace volume and the baseline submission.
+    setup = ws.run("setup", timeout=600)
+    assert setup.returncode == 0, setup.output
+    assert (tmp_path / "workspace" / "models" / "tiny" / "config.json").is_file()
+    assert get_sub(admin, ns, f"{name}-00000")["spec"]["identicalToBase"] is True
+
+    # 2. the recorder sidecar, then the agent (it trains and submits twice), then SIGTERM.
+    _, rproc = ws.start("recorder", tmp_path / "recorder.log")
+    try:
+        wait_healthy(ws.container("recorder"), rproc)  # what the startup probe waits for
+        agent = ws.run("agent", timeout=900)
+    finally:
+        rproc.send_signal(signal.SIGTERM)
+        rcode = rproc.wait(timeout=300)
+    recorder_log = (tmp_path / "recorder.log").read_text()
+    assert agent.returncode == 0, agent.output[-3000:]
+    assert rcode == 0, recorder_log[-3000:]
+    answers = agent_submissions(agent.output)
+    assert sorted(answers) == [1, 2], agent.output[-3000:]
+    finish_pod(admin, pod, None)
+
+    # 3. every submission a BenchSubmission, scored by the operator from its eval's result.json.
+    subs = {i: wait_state(admin, ns, f"{name}-{i:05d}", "Succeeded", timeout=600) for i in (0, 1, 2)}
+    for i, sub in subs.items():
+        result = store.get_json(layout.submission_result(i))
+        assert sub["status"]["score"] == result["score"] and result["n"] == EVAL_LIMIT
+        manifest = store.get_json(layout.submission_manifest(i))
+        assert sub["spec"]["modelDigest"] == manifest["model_digest"]
+    for i, (score, baseline) in answers.items():  # the agent was told what the operator recorded
+        assert score == f"{subs[i]['status']['score']:.1f}"
+        assert baseline in ("None", f"{subs[0]['status']['score']:.1f}")
+    assert all(store.get_json(layout.submission_manifest(i))["code_revision"] is not None for i in (1, 2))
+    assert not player_thread.errors, player_thread.errors
+
+    # 4. end of run: the report Job, played; then the run's status.
+    rpod = running_pod(admin, ns, f"batch.kubernetes.io/job-name={name}-report", timeout=120)
+    reporter = PodPlayer(admin, rpod, {"/tmp": tmp_path / "report-scratch"})
+    report = reporter.run("report")
+    assert report.returncode == 0, report.output[-3000:]
+    finish_pod(admin, rpod, None)
+    run = wait_run(admin, ns, name, "Succeeded", reason="AgentCompleted", timeout=120)
+    st = run["status"]
+    base = subs[0]["status"]["score"]
+    best = max(subs[1]["status"]["score"], subs[2]["status"]["score"])
+    assert st["submissionCount"] == 2 and st["baselineScore"] == base and st["bestScore"] == best
+    assert st["improvement"] == pytest.approx(best - base)
+    stored = store.get_json(f"{layout.report_dir}/report.json")
+    assert st["report"]["uri"] == store.url_for(f"{layout.report_dir}/report.json")
+    assert stored["best_score"] == best and stored["baseline_score"] == base
+    assert len(stored["submissions"]) >= 2
+    print("report summary:", st["report"]["summary"])
+    assert best > base, st["report"]["summary"]  # the agent's training did improve the model
+
+    # 5. one trace: operator, setup, recorder, eval and report spans under the run's trace id.
+    root = traceparent_from_annotations(run["metadata"].get("annotations"))
+    assert root is not None
+    spans = collect_spans(store, layout)
+    assert {s["trace_id"] for s in spans} == {root.trace_id}
+    services = {s["service"] for s in spans}
+    assert {"a2rl-operator", "a2rl-setup", "a2rl-recorder", "a2rl-eval", "a2rl-report"} <= services
+    submitted = sorted(
+        s["attributes"].get("a2rl.submission.index") for s in spans if s["name"] == "submission"
+    )
+    assert submitted == [1, 2]
+    merged = store.get_bytes(f"{layout.prefix}/traces.jsonl").decode().splitlines()
+    assert {json.loads(line)["trace_id"] for line in merged} == {root.trace_id}
+
+    # 6. the agent's own environment holds no credentials: it cannot read held-out data from the
+    # store, and the API server refuses it a score.
+    agent_env = ws.prepare("agent").env
+    assert not {k for k in agent_env if k.startswith(("AWS_", "A2RL_")) or k == "KUBECONFIG"}
+    heldout_key = next(k for k in store.list("data/arith") if "/heldout/" in k)
+    probe = (
+        "import sys; from a2rl.store.open import open_store\n"
+        "try:\n    open_store(sys.argv[1]).get_bytes(sys.argv[2])\n"
+        "except Exception as exc:\n    print('refused:', type(exc).__name__); sys.exit(3)\n"
+    )
+    minio_url = os.environ["AWS_ENDPOINT_URL"]
+    read = subprocess.run(
+        [sys.executable, "-c", probe, STORE_URI, heldout_key],
+        env={**agent_env, "AWS_ENDPOINT_URL": minio_url},  # even knowing where the store is
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert read.returncode == 3, read.stdout + read.stderr
+    anonymous = client.Configuration()
+    anonymous.host = admin.configuration.host
+    anonymous.ssl_ca_cert = admin.configuration.ssl_ca_cert
+    forged = {"status": {"score": 100.0}}
+    with client.ApiClient(anonymous) as anon, pytest.raises(client.exceptions.ApiException) as refused:
+        client.CustomObjectsApi(anon).patch_namespaced_custom_object_status(
+            API_GROUP, API_VERSION, ns, BENCHSUBMISSION_PLURAL, f"{name}-00001", forged
+        )
+    assert refused.value.status in (401, 403)
+    assert get_sub(admin, ns, f"{name}-00001")["status"]["score"] == subs[1]["status"]["score"]
+    assert get_run(admin, ns, name)["status"]["bestScore"] == best

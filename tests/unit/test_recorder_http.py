@@ -1,0 +1,230 @@
+"""The grading API over real HTTP: endpoints, JSON errors, drain on stop, SIGTERM on the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from a2rl_recorder.app import serve
+
+from a2rl.launch import a2rl_argv
+from a2rl.store.local import LocalStore
+from tests.support.recorder_support import (
+    LAYOUT,
+    PREFIX,
+    StoreBackedDispatcher,
+    make_config,
+    make_model,
+    make_workspace,
+    write_baseline,
+)
+
+
+def call(url: str, method: str = "GET", body: bytes | None = None) -> tuple[int, Any]:
+    req = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+class Running:
+    def __init__(self, tmp_path: Path, **overrides: Any) -> None:
+        self.ws = make_workspace(tmp_path)
+        self.store = LocalStore(tmp_path / "store")
+        self.dispatcher = StoreBackedDispatcher(self.store)
+        self.config = make_config(self.ws, **overrides)
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self.port = 0
+        self.exit_code: int | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        def on_ready(port: int) -> None:
+            self.port = port
+            self.ready.set()
+
+        self.exit_code = serve(
+            self.config, store=self.store, dispatcher=self.dispatcher, stop=self.stop, on_ready=on_ready
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def submit(self, path: str) -> tuple[int, Any]:
+        return call(f"{self.url}/submit", "POST", json.dumps({"model_path": path}).encode())
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[Running]:
+    r = Running(tmp_path)
+    r.thread.start()
+    assert r.ready.wait(10)
+    yield r
+    r.stop.set()
+    r.thread.join(30)
+
+
+def test_health_time_and_submissions(running: Running) -> None:
+    status, health = call(f"{running.url}/health")
+    assert status == 200 and health["status"] == "ok" and health["task"] == "arith"
+    assert health["accepting_submissions"] is True
+    status, t = call(f"{running.url}/time")
+    assert status == 200
+    assert {"start_time", "timeout_s", "elapsed", "remaining", "deadline"} <= set(t)
+    assert t["timeout_s"] == 3600.0 and 3590 < t["remaining"] <= 3600 and t["elapsed"] >= 0
+    assert t["deadline"].endswith("Z")
+    time.sleep(0.05)
+    assert call(f"{running.url}/time")[1]["remaining"] < t["remaining"]
+    assert call(f"{running.url}/submissions") == (200, [])
+
+
+def test_submit_over_http(running: Running) -> None:
+    write_baseline(running.store, 2.0)
+    make_model(running.ws / "output" / "v1", score=30.0)
+    status, reply = running.submit("output/v1")
+    assert status == 200
+    assert reply["submission_id"] == 1 and reply["score"] == 30.0 and reply["improvement"] == 28.0
+    status, listing = call(f"{running.url}/submissions")
+    assert status == 200 and len(listing) == 1
+    entry = listing[0]
+    assert set(entry) == {"submission_id", "submitted_at", "score", "error", "model_digest", "code_revision"}
+    assert entry["score"] == 30.0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "text"),
+    [
+        ("POST", "/submit", b"{not json", 400, "must be JSON"),
+        ("POST", "/submit", b"", 400, "must be JSON"),
+        ("POST", "/submit", b"{}", 400, "Missing model_path"),
+        ("GET", "/submit", None, 405, "use POST"),
+        ("POST", "/health", b"{}", 405, "use GET"),
+        ("POST", "/set_baseline", b'{"score": 100}', 404, "unknown endpoint"),
+        ("GET", "/nope", None, 404, "unknown endpoint"),
+    ],
+)
+def test_json_errors(
+    running: Running, method: str, path: str, body: bytes | None, status: int, text: str
+) -> None:
+    got_status, reply = call(f"{running.url}{path}", method, body)
+    assert got_status == status and text in reply["error"]
+    assert list(running.store.list(LAYOUT.submissions)) == []
+
+
+def test_stop_drains_the_evaluation_in_flight(tmp_path: Path) -> None:
+    r = Running(tmp_path)
+    r.dispatcher.release.clear()  # the first evaluation blocks until released
+    r.thread.start()
+    assert r.ready.wait(10)
+    make_model(r.ws / "output" / "v1", score=7.0)
+    first: list[tuple[int, Any]] = []
+    t = threading.Thread(target=lambda: first.append(r.submit("output/v1")))
+    t.start()
+    assert r.dispatcher.started.wait(10)
+    (r.ws / "code" / "train.py").write_text("edited during the drain\n")
+    r.stop.set()  # what SIGTERM does
+    time.sleep(0.2)
+    status, reply = r.submit("output/v1")
+    assert status == 503 and "submissions are closed" in reply["error"]
+    assert call(f"{r.url}/health")[1]["accepting_submissions"] is False
+    r.dispatcher.release.set()
+    t.join(10)
+    r.thread.join(10)
+    assert r.exit_code == 0
+    assert first[0][0] == 200 and first[0][1]["score"] == 7.0
+    revisions = [r.store.get_json(k) for k in r.store.list(LAYOUT.revisions)]
+    assert revisions[-1]["reason"] == "final"
+
+
+def test_drain_timeout_cancels(tmp_path: Path) -> None:
+    r = Running(tmp_path, drain_timeout_s=0.3)
+    r.dispatcher.release.clear()
+    cancelled = threading.Event()
+
+    def cancel() -> None:
+        cancelled.set()
+        r.dispatcher.release.set()
+
+    r.dispatcher.cancel = cancel  # type: ignore[attr-defined]
+    r.thread.start()
+    assert r.ready.wait(10)
+    make_model(r.ws / "output" / "v1")
+    t = threading.Thread(target=lambda: r.submit("output/v1"))
+    t.start()
+    assert r.dispatcher.started.wait(10)
+    r.stop.set()
+    r.thread.join(20)
+    t.join(10)
+    assert cancelled.is_set() and r.exit_code == 0
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_cli_serve_exits_zero_on_sigterm_with_final_revision(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path)
+    heldout = tmp_path / "heldout"
+    heldout.mkdir()
+    store = tmp_path / "store"
+    env = {
+        **os.environ,
+        "A2RL_STORE_URI": store.as_uri(),
+        "A2RL_RUN_PREFIX": PREFIX,
+        "WORKSPACE": str(ws),
+        "TASK": "arith",
+        "A2RL_RUN_START": str(time.time()),
+        "A2RL_RUN_TIMEOUT": "600",
+        "A2RL_HELDOUT_PATH": str(heldout),
+        "A2RL_CODE_DEBOUNCE": "30",  # only the final flush can record the edit below
+    }
+    cmd = a2rl_argv()
+    proc = subprocess.Popen(
+        [*cmd, "recorder", "serve", "--port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "listening on http://127.0.0.1:" in line, proc.stderr.read() if proc.stderr else ""
+        url = line.strip().rsplit(" ", 1)[-1]
+        assert call(f"{url}/health")[0] == 200
+        (ws / "code" / "agent.py").write_text("print('hello')\n")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    revisions = list(LocalStore(store).list(LAYOUT.revisions))
+    assert len(revisions) == 1
+    assert LocalStore(store).get_json(revisions[0])["reason"] == "final"
+
+
+def test_cli_config_errors_are_one_line(tmp_path: Path) -> None:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("A2RL_RUN") and k not in ("WORKSPACE", "TASK")
+    }
+    cmd = a2rl_argv()
+    proc = subprocess.run(
+        [*cmd, "recorder", "serve"], check=False, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    missing = "A2RL_RUN_PREFIX, WORKSPACE, TASK, A2RL_RUN_TIMEOUT"
+    assert proc.stderr.strip().splitlines() == [
+        f"a2rl: error: recorder configuration incomplete: set {missing}"
+    ]
