@@ -8,6 +8,7 @@
     dispatch.py    submissions/<n>/dispatch.json               DispatchRecord
     baseline.py    baselines/<task>/<digest>/<version>.json    BaselineEntry
     tree.py        the tree manifests inside them              TreeRecord (a2rl.store.cas.TreeManifest)
+    benchrun.py    benchrun.json (a deleted BenchRun, cluster) FinalRunRecord
 
 `base.read_record` / `load_record` / `write_record` read and write them through an `ObjectStore`.
 """

@@ -102,28 +102,3 @@ def run_record(
         evaluator_version=evaluator_version,
         mode=mode,
     )
-
-
-def run_json(
-    run: BenchRun,
-    layout: RunLayout,
-    *,
-    base_model_digest: str,
-    evaluator_version: str,
-    started_at: float | None = None,
-    ended_at: float | None = None,
-    end_reason: str | None = None,
-    agent_exit_code: int | None = None,
-) -> dict[str, Any]:
-    """`run_record(…)` as JSON values: for the callers that still edit the dict (the local runner,
-    the operator's `cluster_run_json`)."""
-    return run_record(
-        run,
-        layout,
-        base_model_digest=base_model_digest,
-        evaluator_version=evaluator_version,
-        started_at=started_at,
-        ended_at=ended_at,
-        end_reason=end_reason,
-        agent_exit_code=agent_exit_code,
-    ).to_json()

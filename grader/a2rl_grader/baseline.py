@@ -9,7 +9,6 @@ is a `BaselineEntry` (`a2rl.records.baseline`); submission 0's manifest a `Submi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from a2rl_tasks.base import Task
 
@@ -49,12 +48,6 @@ def baseline_submission_manifest(tree: TreeRecord, digest: str, base_name: str) 
         code_digest=None,
         request={},
     )
-
-
-def baseline_manifest(tree_json: dict[str, Any], digest: str, base_name: str) -> dict[str, Any]:
-    """`baseline_submission_manifest` from and to JSON values (for tests/support/grading_support.py, which
-    builds a dict manifest; every a2rl package uses the record)."""
-    return baseline_submission_manifest(TreeRecord.from_json(tree_json), digest, base_name).to_json()
 
 
 def read_baseline_entry(store: ObjectStore, key: str) -> BaselineEntry | None:
@@ -97,19 +90,3 @@ def evaluate_baseline_record(
             write_record(store, key, BaselineEntry.of(result, details))
     write_result(store, layout, BASELINE_INDEX, result, details)
     return result
-
-
-def evaluate_baseline(
-    store: ObjectStore,
-    layout: RunLayout,
-    task: Task,
-    model_dir: Path,
-    heldout_dir: Path,
-    *,
-    options: EvalOptions,
-    base_name: str | None = None,
-) -> dict[str, Any]:
-    """`evaluate_baseline_record` as JSON values (what `a2rl eval baseline` prints)."""
-    return evaluate_baseline_record(
-        store, layout, task, model_dir, heldout_dir, options=options, base_name=base_name
-    ).to_json()

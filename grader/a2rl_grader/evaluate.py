@@ -14,7 +14,6 @@ import shutil
 import tempfile
 import time
 import traceback
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -117,17 +116,13 @@ def write_result(
     store: ObjectStore,
     layout: RunLayout,
     index: int,
-    result: ResultRecord | Mapping[str, Any],
+    result: ResultRecord,
     details: list[dict[str, Any]],
 ) -> None:
-    """Write submission `index`'s details.jsonl, then its result.json.
-
-    A mapping is validated as a `ResultRecord` first (callers not typed yet: the operator).
-    """
-    record = result if isinstance(result, ResultRecord) else ResultRecord.from_json(result)
+    """Write submission `index`'s details.jsonl, then its result.json."""
     # details first: result.json is what readers wait for, so it must come last.
     store.put_bytes(layout.submission_details(index), details_bytes(details))
-    write_record(store, layout.submission_result(index), record)
+    write_record(store, layout.submission_result(index), result)
 
 
 def check_heldout(heldout_dir: Path) -> None:
@@ -174,19 +169,6 @@ def evaluate_submission_record(
     result = fields.model_copy(update={"index": index, "model_digest": model_digest})
     write_result(store, layout, index, result, details)
     return result
-
-
-def evaluate_submission(
-    store: ObjectStore,
-    layout: RunLayout,
-    index: int,
-    task: Task,
-    heldout_dir: Path,
-    *,
-    options: EvalOptions,
-) -> dict[str, Any]:
-    """`evaluate_submission_record` as JSON values (what `a2rl eval submission` prints)."""
-    return evaluate_submission_record(store, layout, index, task, heldout_dir, options=options).to_json()
 
 
 def _error_fields(task: Task, options: EvalOptions, error: str) -> ResultRecord:

@@ -32,7 +32,7 @@ Handlers return None: kopf keeps its progress in `a2rl.dev/` annotations, never 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -40,6 +40,7 @@ import kopf
 from a2rl_tasks import TASKS, get_task
 from pydantic import ValidationError
 
+from a2rl.api.benchrun import BenchRunStatus, ReportRef
 from a2rl.constants import (
     ANNOTATION_FORCE_FINALIZE,
     API_GROUP,
@@ -135,7 +136,7 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
     """Create whatever is missing for the run (safe to call any number of times)."""
     meta = body["metadata"]
     ns, name = meta["namespace"], meta["name"]
-    conds = (body.get("status") or {}).get("conditions") or []
+    conds = st.run_conditions(body)
     accepted = st.get_condition(conds, COND_ACCEPTED)
     done = st.is_terminal(conds) or st.get_condition(conds, COND_AGENT_FINISHED) is not None
     if done or (accepted is not None and accepted.get("status") == st.FALSE):
@@ -202,8 +203,8 @@ def on_benchrun(body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None:
     reconcile(plain(body), memo.kube, memo.config, logger)
 
 
-def _in_flight(status: kopf.Status, **_: Any) -> bool:
-    return not st.is_terminal(status.get("conditions") or [])
+def _in_flight(body: kopf.Body, **_: Any) -> bool:
+    return not st.is_terminal(st.run_conditions(body))
 
 
 def resync(body: kopf.Body, memo: Any, **_: Any) -> None:
@@ -300,7 +301,7 @@ def on_quota_event(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> No
 
 
 def _conds(run: Body | kopf.Body) -> list[st.Cond]:
-    return list((run.get("status") or {}).get("conditions") or [])
+    return st.run_conditions(run)
 
 
 def needs_graded_mark(conds: list[st.Cond]) -> bool:
@@ -410,8 +411,8 @@ def advance(kube: Kube, config: OperatorConfig, namespace: str, name: str, *, lo
                 )
                 step = gr.Step(gr.StepKind.REPORT_FAILED, step.pending, missing)
     changes = gr.step_changes(step, conds, job_name, store.report_uri())
-    extra = {"report": gr.report_ref(report, store.report_uri())} if report is not None else {}
-    write_grading(kube, namespace, name, changes, extra)
+    ref = gr.report_ref(report, store.report_uri()) if report is not None else None
+    write_grading(kube, namespace, name, changes, ref)
     return step
 
 
@@ -425,13 +426,16 @@ def _archive_report_log(kube: Kube, store: RunStore, namespace: str, job_name: s
 
 
 def write_grading(
-    kube: Kube, namespace: str, name: str, changes: list[st.Change], extra: dict[str, Any]
+    kube: Kube, namespace: str, name: str, changes: list[st.Change], report: ReportRef | None = None
 ) -> None:
-    """Apply the `Graded` (and terminal) changes and `extra` status fields; post Events."""
-    if not changes and not extra:
+    """Apply the `Graded` (and terminal) changes and `status.report`; post Events."""
+    if not changes and report is None:
         return
+
+    def edit(_run: Body, status: BenchRunStatus) -> BenchRunStatus:
+        return status if report is None else status.model_copy(update={"report": report})
+
     # Nothing is written once the grading is closed: someone else finished it meanwhile.
-    edit: Callable[[Body, Body], Body] = lambda _run, status: {**status, **extra}  # noqa: E731
     write_status(kube, namespace, name, lambda _c: changes, edit=edit, only_if=grading_open)
 
 
@@ -457,8 +461,8 @@ def on_run_created(body: kopf.Body, memo: Any, **_: Any) -> None:
     mark_graded(memo.kube, meta["namespace"], meta["name"])
 
 
-def _finished_and_open(status: kopf.Status, memo: Any, **_: Any) -> bool:
-    conds = list(status.get("conditions") or [])
+def _finished_and_open(body: kopf.Body, memo: Any, **_: Any) -> bool:
+    conds = _conds(body)
     return _grading(memo).enabled and grading_open(conds) and gr.agent_finish(conds) is not None
 
 
@@ -476,8 +480,8 @@ def on_report_job(body: kopf.Body, memo: Any, type: str | None, logger: Logger, 
     advance(memo.kube, memo.config, body["metadata"]["namespace"], run_name, logger=logger)
 
 
-def _being_graded(status: kopf.Status, memo: Any, **_: Any) -> bool:
-    conds = list(status.get("conditions") or [])
+def _being_graded(body: kopf.Body, memo: Any, **_: Any) -> bool:
+    conds = _conds(body)
     return _grading(memo).enabled and (needs_graded_mark(conds) or grading_open(conds))
 
 

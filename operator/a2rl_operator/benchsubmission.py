@@ -34,7 +34,7 @@ from a2rl_grader.baseline import baseline_cache_key
 from a2rl_tasks import get_task
 from a2rl_tasks.artifacts import heldout_key
 
-from a2rl.api.benchrun import BenchRunSpec
+from a2rl.api.benchrun import BenchRunSpec, BenchRunStatus
 from a2rl.api.benchsubmission import BenchSubmissionSpec, SubmissionState
 from a2rl.constants import (
     API_GROUP,
@@ -79,8 +79,9 @@ def write(kube: Kube, sub: Body, update: gr.SubmissionUpdate) -> bool:
     meta = sub["metadata"]
 
     def mutate(current: Body) -> Body | None:
-        return gr.apply_update(dict(current.get("status") or {}), update,
-                               current["metadata"].get("generation"), st.now_iso())  # fmt: skip
+        new = gr.apply_update(st.submission_status(current), update,
+                              current["metadata"].get("generation"), st.now_iso())  # fmt: skip
+        return None if new is None else st.status_wire(new)
 
     written = gk.update_submission_status(kube, meta["namespace"], meta["name"], mutate) is not None
     if written and update.state != SubmissionState.EVALUATING:
@@ -96,7 +97,7 @@ def write(kube: Kube, sub: Body, update: gr.SubmissionUpdate) -> bool:
 def refresh_aggregate(kube: Kube, namespace: str, run_name: str) -> None:
     """Recompute the run's scores from its submissions (no write when nothing changed)."""
 
-    def edit(run: Body, status: Body) -> Body:
+    def edit(run: Body, status: BenchRunStatus) -> BenchRunStatus:
         subs = gk.list_submissions(kube, namespace, run_name, run["metadata"]["uid"])
         return gr.with_aggregate(status, gr.aggregate(subs))
 

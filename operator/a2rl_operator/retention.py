@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from a2rl.constants import ENV_S3_ACCESS_KEY, ENV_S3_ENDPOINT, ENV_S3_SECRET_KEY
+from a2rl.records.base import write_record
+from a2rl.records.benchrun import FinalRunRecord
 from a2rl.store.layout import RunLayout
 from a2rl.store.open import open_store
 from a2rl_operator.config import OperatorConfig
@@ -21,8 +23,6 @@ from a2rl_operator.manifests.secret import store_uri
 
 RECORD_NAME = "benchrun.json"
 S3_CREDENTIALS = frozenset({ENV_S3_ENDPOINT, ENV_S3_ACCESS_KEY, ENV_S3_SECRET_KEY})
-# Metadata worth keeping; managedFields and kopf/kubectl bookkeeping are noise in a record.
-_META_KEYS = ("name", "namespace", "uid", "generation", "labels", "creationTimestamp", "deletionTimestamp")
 
 
 def record_key(run: dict[str, Any]) -> str:
@@ -30,15 +30,9 @@ def record_key(run: dict[str, Any]) -> str:
     return f"{RunLayout(meta['namespace'], meta['name'], meta['uid']).prefix}/{RECORD_NAME}"
 
 
-def final_record(run: dict[str, Any]) -> dict[str, Any]:
-    meta = run.get("metadata") or {}
-    return {
-        "apiVersion": run.get("apiVersion"),
-        "kind": run.get("kind"),
-        "metadata": {k: meta[k] for k in _META_KEYS if k in meta},
-        "spec": run.get("spec") or {},
-        "status": run.get("status") or {},
-    }
+def final_record(run: dict[str, Any]) -> FinalRunRecord:
+    """benchrun.json of the BenchRun body `run` (a2rl.records.benchrun)."""
+    return FinalRunRecord.of(run)
 
 
 def retention_target(run: dict[str, Any], config: OperatorConfig) -> str | None:
@@ -66,5 +60,5 @@ def retain(run: dict[str, Any], config: OperatorConfig) -> str | None:
         return None
     store = open_store(uri)
     key = record_key(run)
-    store.put_json(key, final_record(run))
+    write_record(store, key, final_record(run))
     return store.url_for(key)

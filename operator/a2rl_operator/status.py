@@ -1,18 +1,24 @@
 """Condition math and the mapping from observed children to BenchRun conditions. Pure functions.
 
-Conditions are metav1.Condition dicts (wire format). `set_condition` keeps `lastTransitionTime`
-when the status does not change, so re-observing the same state never looks like a transition.
+Statuses are the API models (`BenchRunStatus`, `BenchSubmissionStatus`): `run_status` /
+`submission_status` read them from an object body, `status_wire` writes them back in the API
+server's form (camelCase, only the fields that were set and are not None). Conditions are
+metav1.Condition dicts (wire format) for the condition math (`conditions_of` / `condition_models`
+convert). `set_condition` keeps `lastTransitionTime` when the status does not change, so
+re-observing the same state never looks like a transition.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from a2rl.api.benchrun import Phase
+from a2rl.api.benchrun import BenchRunStatus, Phase
+from a2rl.api.benchsubmission import BenchSubmissionStatus
+from a2rl.api.common import ApiModel, Condition
 from a2rl.constants import (
     COND_ACCEPTED,
     COND_ADMITTED,
@@ -29,6 +35,7 @@ from a2rl.constants import (
     REASON_DEADLINE_EXCEEDED,
 )
 
+#: A metav1.Condition in wire form (what `Condition.to_wire` gives).
 Cond = dict[str, Any]
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
@@ -68,6 +75,40 @@ class Change:
 
 def now_iso(now: datetime | None = None) -> str:
     return (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- statuses as models ----------------------------------------------------------------------
+
+
+def status_wire(status: ApiModel) -> dict[str, Any]:
+    """A status as the API server holds it: camelCase, the fields that were set (read from the
+    server or assigned by the operator), a field set to None left out (that is how one is removed),
+    so a status read and written back is the same document."""
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
+
+
+def run_status(run: Mapping[str, Any]) -> BenchRunStatus:
+    """`status` of a BenchRun body (empty when it has none)."""
+    return BenchRunStatus.model_validate(dict(run.get("status") or {}))
+
+
+def submission_status(sub: Mapping[str, Any]) -> BenchSubmissionStatus:
+    """`status` of a BenchSubmission body (empty when it has none)."""
+    return BenchSubmissionStatus.model_validate(dict(sub.get("status") or {}))
+
+
+def run_conditions(run: Mapping[str, Any]) -> list[Cond]:
+    """The conditions of a BenchRun body (a kopf body too), read through `BenchRunStatus`."""
+    return conditions_of(run_status(run))
+
+
+def conditions_of(status: BenchRunStatus | BenchSubmissionStatus) -> list[Cond]:
+    """The status's conditions in wire form, for the condition math below."""
+    return [status_wire(c) for c in status.conditions]
+
+
+def condition_models(conds: Sequence[Cond]) -> list[Condition]:
+    return [Condition.model_validate(c) for c in conds]
 
 
 def get_condition(conds: Sequence[Cond], type_: str) -> Cond | None:

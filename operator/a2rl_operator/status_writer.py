@@ -1,11 +1,11 @@
 """The one writer of BenchRun status: every handler that changes a run's status calls `write_status`.
 
-A write reads the run, applies the condition changes (`status.py`'s math: `lastTransitionTime`
-moves only when a status does) and any other status fields, derives `phase`, `startTime` and
-`completionTime`, and replaces the status subresource guarded by resourceVersion, retried on
-conflicts (`Kube.update_status`), so the Job, Pod, Event, BenchSubmission watchers and the timers
-of one run never lose each other's writes. Each condition transition that was written gets one
-Kubernetes Event on the BenchRun.
+A write reads the run's status as a `BenchRunStatus`, applies the condition changes (`status.py`'s
+math: `lastTransitionTime` moves only when a status does) and any other status fields, derives
+`phase`, `startTime` and `completionTime`, and replaces the status subresource (`status_wire`)
+guarded by resourceVersion, retried on conflicts (`Kube.update_status`), so the Job, Pod, Event,
+BenchSubmission watchers and the timers of one run never lose each other's writes. Each condition
+transition that was written gets one Kubernetes Event on the BenchRun.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Any, cast
 
 import kopf
 
+from a2rl.api.benchrun import BenchRunStatus
 from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_KIND, COND_ACCEPTED, COND_AGENT_RUNNING
+from a2rl.runs import parse_time
 from a2rl_operator import status as st
 from a2rl_operator.kube import Kube
 
@@ -23,7 +25,7 @@ Body = dict[str, Any]
 #: The condition changes to apply, given the run's current conditions.
 ChangesFor = Callable[[list[st.Cond]], list[st.Change]]
 #: Other status fields: `(run, status) -> new status` (e.g. the aggregate scores, `report`).
-EditStatus = Callable[[Body, Body], Body]
+EditStatus = Callable[[Body, BenchRunStatus], BenchRunStatus]
 
 
 def run_ref(run: Body) -> Body:
@@ -77,28 +79,34 @@ def write_status(
     refs: list[Body] = []
 
     def mutate(current: Body) -> Body | None:
-        old = dict(current.get("status") or {})
-        conds = list(old.get("conditions") or [])
+        old = st.run_status(current)
+        conds = st.conditions_of(old)
         if only_if is not None and not only_if(conds):
             return None
-        new = edit(current, old) if edit is not None else dict(old)
+        new = edit(current, old.model_copy()) if edit is not None else old.model_copy()
         transitions: list[st.Change] = []
         if changes_for is not None:
             generation = current["metadata"].get("generation")
             now = st.now_iso()
             new_conds, transitions = st.apply_changes(conds, changes_for(conds), generation, now)
-            new = {**new, "conditions": new_conds, "observedGeneration": generation}
-            new["phase"] = st.derive_phase(new_conds)
-            started = st.agent_start_time(pod)
-            if started and not new.get("startTime"):
-                new["startTime"] = started
-            if st.is_terminal(new_conds) and not new.get("completionTime"):
-                new["completionTime"] = now
-        if new == old:
+            new = new.model_copy(
+                update={
+                    "conditions": st.condition_models(new_conds),
+                    "observed_generation": generation,
+                    "phase": st.derive_phase(new_conds),
+                }
+            )
+            started = parse_time(st.agent_start_time(pod))
+            if started is not None and new.start_time is None:
+                new.start_time = started
+            if st.is_terminal(new_conds) and new.completion_time is None:
+                new.completion_time = parse_time(now)
+        wire = st.status_wire(new)
+        if wire == st.status_wire(old):
             return None
         written[:] = transitions
         refs[:] = [current]
-        return new
+        return wire
 
     if kube.update_status(namespace, name, mutate, initial=run) is not None and written:
         post_events(refs[0], written)

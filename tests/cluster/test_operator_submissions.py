@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from a2rl.constants import LABEL_COMPONENT, LABEL_RUN_UID
 from a2rl.models.tiny import build_tiny_model
+from a2rl.records.result import ResultRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import hash_tree
 from a2rl.tracing.context import traceparent_from_annotations
@@ -162,7 +163,7 @@ def test_submissions_are_evaluated_in_eval_jobs_and_the_run_is_graded(
         "duration_s": 7.0,
         "model_digest": hash_tree(models["v1"]).digest,
     }
-    write_result(store, layout, 1, result1, [])
+    write_result(store, layout, 1, ResultRecord.from_json(result1), [])
     finish_pod(admin, pod1, None)
     sub1 = wait_state(admin, ns, f"{name}-00001", "Succeeded")
     assert sub1["status"]["score"] == base + 25.0 and sub1["status"]["startedAt"] == "2026-01-01T00:00:00Z"
@@ -394,7 +395,7 @@ def test_end_of_run_waits_bounded_for_evaluations_and_a_failed_report_fails_the_
     assert condition(run, "AgentFinished")["reason"] == "Failed"  # type: ignore[index]
     # The evaluation still finishes later and is recorded, though the run is over.
     pod = running_pod(admin, namespace, f"batch.kubernetes.io/job-name={name}-eval-00001")
-    write_result(store, layout_of(run), 1, {"index": 1, "score": 12.0, "error": None}, [])
+    write_result(store, layout_of(run), 1, ResultRecord(index=1, score=12.0, error=None), [])
     finish_pod(admin, pod, None)
     assert wait_state(admin, namespace, f"{name}-00001", "Succeeded")["status"]["score"] == 12.0
 

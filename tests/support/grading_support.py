@@ -18,12 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from a2rl_grader.baseline import baseline_manifest
+from a2rl_grader.baseline import baseline_submission_manifest
 from a2rl_recorder.cluster_dispatch import benchsubmission_body
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, BENCHSUBMISSION_PLURAL
+from a2rl.records.tree import TreeRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import snapshot_tree
 from a2rl.store.layout import RunLayout
@@ -120,7 +121,8 @@ def record_submission(
     tree, _ = snapshot_tree(s, layout, model)
     when = (submitted or datetime.now(UTC)).isoformat().replace("+00:00", "Z")
     if index == 0:
-        manifest = {**baseline_manifest(tree.to_json(), tree.digest, "tiny"), "submitted_at": when}
+        base = baseline_submission_manifest(TreeRecord.of(tree), tree.digest, "tiny")
+        manifest = {**base.to_json(), "submitted_at": when}
     else:
         manifest = {
             "index": index,

@@ -36,7 +36,8 @@ from a2rl_operator.manifests.report_job import report_job
 from a2rl_recorder.dispatch import LocalDispatcher
 from a2rl_tasks import TASKS, get_task, task_class
 
-from a2rl.api.benchsubmission import BenchSubmissionSpec, SubmissionState
+from a2rl.api.benchrun import BenchRunStatus
+from a2rl.api.benchsubmission import BenchSubmissionSpec, BenchSubmissionStatus, SubmissionState
 from a2rl.constants import (
     ANNOTATION_TRACE_CONTEXT,
     ENV_JUDGE_API_KEY,
@@ -48,6 +49,7 @@ from a2rl.constants import (
     LABEL_SUBMISSION_INDEX,
 )
 from a2rl.errors import A2rlError
+from a2rl.records.result import ResultRecord
 from a2rl.store.layout import RunLayout
 from a2rl.store.open import open_store
 from a2rl.tracing.context import carrier_json, new_traceparent
@@ -303,43 +305,60 @@ def test_admission_budget_deadline_and_finished_runs() -> None:
     unstarted = benchrun()
     unstarted["status"].pop("startTime")
     assert _admit(late, unstarted) is None
-    done = benchrun(conds=[{"type": "Succeeded", "status": "True", "reason": "AgentCompleted"}])
+    done = benchrun(conds=[_c("Succeeded", "True", "AgentCompleted")])
     assert (_admit(submission(0), done) or ("",))[0] == gr.R_RUN_FINISHED
 
 
 # --- submission status --------------------------------------------------------------------------
 
 
-RESULT = {"index": 2, "task": "arith", "score": 61.25, "error": None, "evaluator_version": "arith-v1",
-          "started_at": "2026-01-01T12:06:00.123Z", "finished_at": "2026-01-01T12:07:00Z",
-          "duration_s": 60.5}  # fmt: skip
+# started_at as the eval process writes it (a2rl_grader.evaluate.utc_now: microseconds, `Z`).
+RESULT_JSON: dict[str, Any] = {
+    "index": 2, "task": "arith", "score": 61.25, "error": None, "evaluator_version": "arith-v1",
+    "started_at": "2026-01-01T12:06:00.123456Z", "finished_at": "2026-01-01T12:07:00Z", "duration_s": 60.5,
+}  # fmt: skip
+RESULT = ResultRecord.from_json(RESULT_JSON)
+
+
+def _wire(status: BenchSubmissionStatus | None) -> dict[str, Any]:
+    assert status is not None
+    return st.status_wire(status)
 
 
 def test_result_is_copied_into_status_and_terminal_states_never_change() -> None:
     update = gr.from_result(RESULT, result_uri="s3://r/result.json", job_name="demo-eval-00002")
     assert update.state == SubmissionState.SUCCEEDED and update.reason == gr.R_EVALUATED
-    status = gr.apply_update(
-        {"state": "Evaluating", "reason": "Evaluating"}, update, 1, "2026-01-01T12:07:01Z"
-    )
-    assert status is not None
-    assert status["state"] == "Succeeded" and status["score"] == 61.25 and "error" not in status
-    assert status["evaluatorVersion"] == "arith-v1" and status["durationSeconds"] == 60.5
-    assert status["startedAt"] == RESULT["started_at"] and status["resultUri"] == "s3://r/result.json"
-    assert status["evalJob"] == "demo-eval-00002" and status["cached"] is False
-    (cond,) = status["conditions"]
-    assert (cond["type"], cond["status"], cond["reason"]) == ("Evaluated", "True", "Evaluated")
+    old = BenchSubmissionStatus.model_validate({"state": "Evaluating", "reason": "Evaluating"})
+    new = gr.apply_update(old, update, 1, "2026-01-01T12:07:01Z")
+    status = _wire(new)
+    assert status == {
+        "state": "Succeeded", "reason": "Evaluated", "score": 61.25, "evaluatorVersion": "arith-v1",
+        "resultUri": "s3://r/result.json", "startedAt": RESULT_JSON["started_at"],
+        "finishedAt": RESULT_JSON["finished_at"], "durationSeconds": 60.5, "cached": False,
+        "evalJob": "demo-eval-00002",
+        "conditions": [{"type": "Evaluated", "status": "True", "reason": "Evaluated",
+                        "message": "score 61.25 by its eval Job",
+                        "lastTransitionTime": "2026-01-01T12:07:01Z", "observedGeneration": 1}],
+    }  # fmt: skip
+    # What the API server returns reads back to the same status.
+    assert _wire(BenchSubmissionStatus.model_validate(status)) == status
     # Once terminal, nothing changes it (a late Job event, a second operator).
-    assert gr.apply_update(status, gr.failed(gr.R_EVAL_JOB_FAILED, "x"), 1, "later") is None
+    later = "2026-01-01T12:09:00Z"
+    assert new is not None and gr.apply_update(new, gr.failed(gr.R_EVAL_JOB_FAILED, "x"), 1, later) is None
     # Writing the same state again is not a write.
-    same = gr.apply_update({"state": "Evaluating"}, gr.evaluating("j"), 1, "t")
-    assert same is not None and gr.apply_update(same, gr.evaluating("j"), 1, "t2") is None
+    evaluating = BenchSubmissionStatus.model_validate({"state": "Evaluating"})
+    same = gr.apply_update(evaluating, gr.evaluating("j"), 1, "2026-01-01T12:07:01Z")
+    assert same is not None and gr.apply_update(same, gr.evaluating("j"), 1, later) is None
+    assert _wire(same)["evalJob"] == "j" and "score" not in _wire(same)
 
 
 def test_invalid_model_and_failed_jobs_fail_the_submission_with_the_reason() -> None:
-    bad = gr.from_result({**RESULT, "score": None, "error": "model could not be loaded: no weights"},
-                         result_uri="u", job_name="j")  # fmt: skip
+    no_weights = {"score": None, "error": "model could not be loaded: no weights"}
+    bad = gr.from_result(RESULT.model_copy(update=no_weights), result_uri="u", job_name="j")
     assert bad.state == SubmissionState.FAILED and bad.reason == gr.R_EVALUATION_ERROR
-    assert bad.fields["error"] == "model could not be loaded: no weights" and bad.fields["score"] is None
+    assert bad.fields.error == "model could not be loaded: no weights" and bad.fields.score is None
+    # A score of None removes an earlier one from the status.
+    assert "score" in bad.fields.model_fields_set
     oom = {"exitCode": 137, "reason": "OOMKilled", "message": "out\nof memory"}
     pod = {"status": {
         "initContainerStatuses": [{"name": "fetch-heldout", "state": {"terminated": {"exitCode": 0}}}],
@@ -363,9 +382,10 @@ def test_invalid_model_and_failed_jobs_fail_the_submission_with_the_reason() -> 
     ) == gr.JobOutcome(True, "Complete", "")
     assert gr.job_outcome({"status": {"active": 1}}) is None
     cached = gr.from_result(
-        {**RESULT, "index": 0, "cached": True}, result_uri="u", job_name=None, cached=True
+        RESULT.model_copy(update={"index": 0, "cached": True}), result_uri="u", job_name=None, cached=True
     )
-    assert cached.reason == gr.R_CACHED and cached.fields["cached"] is True and "evalJob" not in cached.fields
+    assert cached.reason == gr.R_CACHED and cached.fields.cached is True
+    assert "evalJob" not in st.status_wire(cached.fields)
 
 
 # --- aggregate ----------------------------------------------------------------------------------
@@ -382,14 +402,16 @@ def test_aggregate_best_improvement_and_counts() -> None:
     subs = [_sub(0, "Succeeded", 10.0), _sub(1, "Succeeded", 30.1), _sub(2, "Failed"),
             _sub(3, "Succeeded", 30.1), _sub(4, "Rejected"), _sub(5, "Evaluating")]  # fmt: skip
     agg = gr.aggregate(subs)
-    assert agg == {"submissionCount": 4, "baselineScore": 10.0, "bestScore": 30.1, "bestSubmission": 1,
-                   "improvement": 20.1}  # fmt: skip
-    assert gr.aggregate([_sub(0, "Failed")]) == {
-        "submissionCount": 0, "baselineScore": None, "bestScore": None, "bestSubmission": None,
-        "improvement": None,
+    assert st.status_wire(agg) == {"submissionCount": 4, "baselineScore": 10.0, "bestScore": 30.1,
+                                   "bestSubmission": 1, "improvement": 20.1}  # fmt: skip
+    none = gr.aggregate([_sub(0, "Failed")])
+    assert st.status_wire(none) == {"submissionCount": 0}
+    assert none.model_fields_set == {  # the unset scores are set to None: they remove old ones
+        "submission_count", "baseline_score", "best_score", "best_submission", "improvement"
     }  # fmt: skip
-    status = gr.with_aggregate({"phase": "Running", "bestScore": 5.0}, gr.aggregate([_sub(1, "Failed")]))
-    assert status == {"phase": "Running", "submissionCount": 1}
+    old = BenchRunStatus.model_validate({"phase": "Running", "bestScore": 5.0})
+    status = gr.with_aggregate(old, gr.aggregate([_sub(1, "Failed")]))
+    assert st.status_wire(status) == {"phase": "Running", "submissionCount": 1}
 
 
 # --- the end of a run ---------------------------------------------------------------------------
@@ -457,13 +479,13 @@ def test_workspace_observation_leaves_the_terminal_condition_to_grading() -> Non
 def test_cluster_run_json_and_report_summary() -> None:
     run = benchrun(conds=FINISHED)
     doc = gr.cluster_run_json(run, parse_spec(run), base_model_digest="b" * 64, evaluator_version="arith-v1",
-                              agent_exit_code=None)  # fmt: skip
+                              agent_exit_code=None).to_json()  # fmt: skip
     assert doc["mode"] == "cluster" and doc["end_reason"] == "deadline_exceeded"
     assert doc["started_at"] == "2026-01-01T12:00:00Z" and doc["ended_at"] == "2026-01-01T12:00:00Z"
     assert doc["base_model"]["digest"] == "b" * 64 and doc["uid"] == UID and doc["task"] == "arith"
     report = {"schema_version": "1", "baseline_score": 10.0, "best_score": 30.1, "best_submission": 1,
               "improvement": 20.1, "valid_submissions": 2, "total_submissions": 3, "route": None}  # fmt: skip
-    ref = gr.report_ref(report, "s3://r/report.json")
+    ref = gr.report_ref(report, "s3://r/report.json").to_wire()
     assert ref["uri"] == "s3://r/report.json" and ref["bestScore"] == 30.1 and ref["validSubmissions"] == 2
     assert (
         ref["summary"] == "baseline 10.0, best 30.1 (submission 1), improvement +20.1, 2/3 submissions scored"

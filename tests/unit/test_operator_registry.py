@@ -14,6 +14,7 @@ from a2rl_operator.grading.config import GradingConfig
 from a2rl_operator.registry import build_registry
 from kopf._core.intents.registries import get_default_registry
 
+from a2rl.api.benchrun import ReportRef
 from a2rl.constants import COND_ACCEPTED, COND_FAILED
 
 Body = dict[str, Any]
@@ -93,14 +94,16 @@ def test_write_status_derives_phase_and_posts_one_event_per_transition(events: l
 
 def test_write_status_edits_fields_and_respects_only_if(events: list[tuple[str, str]]) -> None:
     kube = FakeKube(run_body())
-    status_writer.write_status(kube, "ns", "demo", edit=lambda _r, s: {**s, "bestScore": 1.5})
+    status_writer.write_status(
+        kube, "ns", "demo", edit=lambda _r, s: s.model_copy(update={"best_score": 1.5})
+    )
     assert kube.run["status"] == {"bestScore": 1.5} and events == []
     status_writer.write_status(
         kube,
         "ns",
         "demo",
         lambda _c: [st.accepted()],
-        edit=lambda _r, s: {**s, "report": {"uri": "x"}},
+        edit=lambda _r, s: s.model_copy(update={"report": ReportRef(uri="x", schema_version="1")}),
         only_if=bool,  # no conditions yet: nothing is written
     )
     assert kube.run["status"] == {"bestScore": 1.5} and kube.writes == 1

@@ -44,7 +44,7 @@ def run(store: dict[str, Any] | None = None, **spec_extra: Any) -> dict[str, Any
 
 
 def test_record_keeps_spec_status_and_identity_but_no_bookkeeping() -> None:
-    record = final_record(run())
+    record = final_record(run()).to_json()
     assert record_key(run()) == "team-a/demo-0f0e-uid/benchrun.json"
     assert record["metadata"] == {
         "name": "demo",

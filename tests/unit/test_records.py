@@ -8,15 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from a2rl_grader.baseline import baseline_manifest, baseline_submission_manifest
+from a2rl_grader.baseline import baseline_submission_manifest
 
 from a2rl.api.benchrun import BenchRun
 from a2rl.records.base import Record, RecordError, load_record, read_record, write_record
 from a2rl.records.baseline import BaselineEntry
+from a2rl.records.benchrun import FinalRunRecord
 from a2rl.records.dispatch import DispatchRecord, dispatch_key
 from a2rl.records.result import ResultRecord
 from a2rl.records.revision import CodeRevision
-from a2rl.records.run import RunRecord, iso, run_json, run_record
+from a2rl.records.run import RunRecord, iso, run_record
 from a2rl.records.submission import SubmissionManifest
 from a2rl.records.tree import TreeRecord
 from a2rl.runs import RunInfo
@@ -48,7 +49,7 @@ MANIFEST: dict[str, Any] = {  # a2rl_recorder.service (POST /submit)
     "code_digest": None, "request": {"model_path": "output/v1", "note": ["any", 1]},
     "snapshot": {"files_uploaded": 2, "bytes_uploaded": 4108, "seconds": 0.25},
 }  # fmt: skip
-RESULT: dict[str, Any] = {  # a2rl_grader.evaluate.evaluate_submission
+RESULT: dict[str, Any] = {  # a2rl_grader.evaluate.evaluate_submission_record
     "index": 1, "task": "arith", "score": 41.5, "error": None, "evaluator_version": "arith-1",
     "backend": "transformers", "n": 200, "correct": 83, "metrics": {"accuracy": 41.5},
     "started_at": "2026-03-01T12:05:01Z", "finished_at": "2026-03-01T12:06:01Z", "duration_s": 60.012,
@@ -66,7 +67,7 @@ DISPATCH: dict[str, Any] = {  # a2rl.records.dispatch.DispatchRecord.failed
 
 def old_run_json(run: BenchRun, layout: RunLayout, *, base_model_digest: str, evaluator_version: str,
                  started_at: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """a2rl.records.run.run_json before `RunRecord` (the hand-written dict), for comparison."""
+    """run.json before `RunRecord` (the hand-written dict), for comparison."""
     spec = run.spec
     return {
         "name": layout.name,
@@ -126,7 +127,7 @@ def test_run_record_writes_the_old_run_json(store: ObjectStore) -> None:
     old = old_run_json(_run(), LAYOUT, **kwargs)
     record = run_record(_run(), LAYOUT, **kwargs)
     same_bytes(store, record, old)
-    assert run_json(_run(), LAYOUT, **kwargs) == old
+    assert record.to_json() == old
     assert RunRecord.from_json(old).to_json() == old
     assert record.budget is not None and record.budget.wall_time_seconds == 300
     assert isinstance(record.to_json()["budget"]["wall_time_seconds"], int)  # not 300.0
@@ -211,14 +212,48 @@ def test_baseline_entry_and_cached_result() -> None:
 
 
 def test_baseline_manifest_is_the_old_dict() -> None:
-    doc = baseline_manifest(TREE, D3, "tiny")
+    doc = baseline_submission_manifest(TreeRecord.from_json(TREE), D3, "tiny").to_json()
     assert doc == {
         "index": 0, "submitted_at": doc["submitted_at"], "model_path": "models/tiny", "model": TREE,
         "model_digest": D3, "base_model_digest": D3, "identical_to_base": True, "code_revision": None,
         "code_digest": None, "request": {},
     }  # fmt: skip
-    record = baseline_submission_manifest(TreeRecord.from_json(TREE), D3, "tiny")
-    assert record.to_json() == {**doc, "submitted_at": record.submitted_at}
+
+
+def old_final_record(run: dict[str, Any]) -> dict[str, Any]:
+    """a2rl_operator.retention.final_record before `FinalRunRecord` (the hand-written dict)."""
+    keys = ("name", "namespace", "uid", "generation", "labels", "creationTimestamp", "deletionTimestamp")
+    meta = run.get("metadata") or {}
+    return {
+        "apiVersion": run.get("apiVersion"),
+        "kind": run.get("kind"),
+        "metadata": {k: meta[k] for k in keys if k in meta},
+        "spec": run.get("spec") or {},
+        "status": run.get("status") or {},
+    }
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {
+            "apiVersion": "a2rl.dev/v1alpha1", "kind": "BenchRun",
+            "metadata": {"name": "demo", "namespace": "ns", "uid": "u-1", "generation": 2,
+                         "labels": {"a": "b"}, "creationTimestamp": "2026-03-01T12:00:00Z",
+                         "managedFields": [{"manager": "kubectl"}], "finalizers": ["a2rl.dev/retain"],
+                         "deletionTimestamp": "2026-03-01T13:00:00Z"},
+            "spec": {"task": "arith", "budget": {"wallTimeSeconds": 300}},
+            "status": {"phase": "Succeeded", "submissionCount": 2, "bestScore": 41.5, "conditions": []},
+        },
+        {"metadata": {"name": "bare"}},  # no apiVersion/kind (null), no spec, no status ({})
+    ],
+)  # fmt: skip
+def test_final_run_record_writes_the_old_benchrun_json(store: ObjectStore, body: dict[str, Any]) -> None:
+    old = old_final_record(body)
+    record = FinalRunRecord.of(body)
+    same_bytes(store, record, old)
+    assert FinalRunRecord.from_json(old).to_json() == old
+    assert load_record(store, "a/record.json", FinalRunRecord).to_json() == old
 
 
 def test_read_record_treats_unreadable_documents_as_absent(store: ObjectStore) -> None:

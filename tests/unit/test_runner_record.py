@@ -13,7 +13,7 @@ from a2rl.api.benchrun import BenchRun
 from a2rl.constants import AGENT_CONTRACT_ENV, ENV_SEED
 from a2rl.contracts.env import agent_cwd, agent_env, recorder_env, resolve_agent_argv
 from a2rl.errors import A2rlError
-from a2rl.records.run import run_json
+from a2rl.records.run import run_record
 from a2rl.store.layout import RunLayout
 from a2rl.workspace import Workspace
 
@@ -38,9 +38,9 @@ WS = Workspace(root=Path("/ws/demo-0123456789ab"), base_name="tiny")
 
 
 def test_run_json_fields() -> None:
-    doc = run_json(
+    doc = run_record(
         _run(), LAYOUT, base_model_digest="d" * 64, evaluator_version="arith-1", started_at=1_700_000_000.0
-    )
+    ).to_json()
     assert doc["name"] == "demo" and doc["namespace"] == "local" and doc["uid"] == "0123456789ab"
     assert doc["base_model"] == {"name": "tiny", "source": "builtin:tiny", "digest": "d" * 64}
     assert doc["agent"]["command"] == ["python", "-m", "a2rl_agents.sft_baseline"]

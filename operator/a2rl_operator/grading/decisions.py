@@ -1,5 +1,7 @@
 """Grading decisions, pure: BenchSubmission admission and status, the BenchRun's aggregate scores,
-and the steps of the end of a run. Objects are wire dicts as the API server returns them.
+and the steps of the end of a run. Objects are wire dicts as the API server returns them; their
+statuses are read and built as the API models (`BenchSubmissionStatus`, `BenchRunStatus`), store
+documents as records (`ResultRecord`, `RunRecord`).
 
 Submission states (`status.state`, with `status.reason` and the `Evaluated` condition):
 Pending → Evaluating (eval Job created) → Succeeded (a score) or Failed (no score: the model
@@ -19,8 +21,8 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from a2rl.api.benchrun import BenchRun, BenchRunSpec, ObjectMeta, ReportRef
-from a2rl.api.benchsubmission import BenchSubmissionSpec, SubmissionState
+from a2rl.api.benchrun import BenchRun, BenchRunSpec, BenchRunStatus, ObjectMeta, ReportRef
+from a2rl.api.benchsubmission import BenchSubmissionSpec, BenchSubmissionStatus, SubmissionState
 from a2rl.constants import (
     BASELINE_INDEX,
     COND_AGENT_FINISHED,
@@ -30,7 +32,8 @@ from a2rl.constants import (
     REASON_COMPLETED,
     REASON_DEADLINE_EXCEEDED,
 )
-from a2rl.records.run import run_json
+from a2rl.records.result import ResultRecord
+from a2rl.records.run import RunRecord, run_record
 from a2rl.runs import parse_time
 from a2rl.scores import Scored, summarize
 from a2rl.store.layout import RunLayout
@@ -70,7 +73,7 @@ def now_utc() -> datetime:
 
 
 def sub_state(sub: Body) -> str:
-    return str((sub.get("status") or {}).get("state") or SubmissionState.PENDING.value)
+    return str(st.submission_status(sub).state)
 
 
 def is_terminal_state(state: str) -> bool:
@@ -82,7 +85,7 @@ def is_terminal_state(state: str) -> bool:
 
 def run_deadline(run: Body, spec: BenchRunSpec) -> datetime | None:
     """When the agent's budget ends: `status.startTime + budget.wallTimeSeconds` (None before it starts)."""
-    start = parse_time((run.get("status") or {}).get("startTime"))
+    start = st.run_status(run).start_time
     return None if start is None else start + timedelta(seconds=spec.budget.wall_time_seconds)
 
 
@@ -100,7 +103,7 @@ def admission(
     object must have been created (the API server's clock) within grace + `allowance_s` after it:
     the model snapshot is uploaded between the two.
     """
-    if st.is_terminal((run.get("status") or {}).get("conditions") or []):
+    if st.is_terminal(st.conditions_of(st.run_status(run))):
         return R_RUN_FINISHED, f"BenchRun {run['metadata']['name']} has already finished"
     if sub_spec.index == BASELINE_INDEX:
         return None
@@ -161,12 +164,13 @@ def job_outcome(job: Body | None) -> JobOutcome | None:
 
 @dataclass(frozen=True)
 class SubmissionUpdate:
-    """A new state of a submission: its status fields (camelCase) and the `Evaluated` condition."""
+    """A new state of a submission: its status fields (those set in `fields`; set to None: removed)
+    and the `Evaluated` condition."""
 
     state: SubmissionState
     reason: str
     message: str
-    fields: dict[str, Any]
+    fields: BenchSubmissionStatus
 
     @property
     def condition(self) -> st.Change:
@@ -176,45 +180,43 @@ class SubmissionUpdate:
 
 def evaluating(job_name: str) -> SubmissionUpdate:
     return SubmissionUpdate(SubmissionState.EVALUATING, R_EVALUATING, f"eval Job {job_name} created",
-                            {"evalJob": job_name})  # fmt: skip
+                            BenchSubmissionStatus(eval_job=job_name))  # fmt: skip
 
 
 def rejected(reason: str, message: str) -> SubmissionUpdate:
-    return SubmissionUpdate(SubmissionState.REJECTED, reason, message, {"error": message})
+    return SubmissionUpdate(SubmissionState.REJECTED, reason, message, BenchSubmissionStatus(error=message))
 
 
 def failed(reason: str, message: str, job_name: str | None = None) -> SubmissionUpdate:
-    fields: dict[str, Any] = {"error": message}
+    fields = BenchSubmissionStatus(error=message)
     if job_name:
-        fields["evalJob"] = job_name
+        fields.eval_job = job_name
     return SubmissionUpdate(SubmissionState.FAILED, reason, message, fields)
 
 
 def from_result(
-    result: dict[str, Any], *, result_uri: str, job_name: str | None, cached: bool = False
+    result: ResultRecord, *, result_uri: str, job_name: str | None, cached: bool = False
 ) -> SubmissionUpdate:
     """Copy score / error / timings of a `result.json` into the submission's status."""
-    score = result.get("score")
-    error = result.get("error")
-    fields: dict[str, Any] = {
-        "score": float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None,
-        "error": str(error) if error else None,
-        "evaluatorVersion": result.get("evaluator_version"),
-        "resultUri": result_uri,
-        "startedAt": result.get("started_at"),
-        "finishedAt": result.get("finished_at"),
-        "durationSeconds": _nonneg(result.get("duration_s")),
-        "cached": cached,
-    }
+    fields = BenchSubmissionStatus(
+        score=result.score,
+        error=str(result.error) if result.error else None,
+        evaluator_version=result.evaluator_version,
+        result_uri=result_uri,
+        started_at=parse_time(result.started_at),
+        finished_at=parse_time(result.finished_at),
+        duration_seconds=_nonneg(result.duration_s),
+        cached=cached,
+    )
     if job_name:
-        fields["evalJob"] = job_name
-    if fields["score"] is not None and fields["error"] is None:
+        fields.eval_job = job_name
+    if fields.score is not None and fields.error is None:
         reason = R_CACHED if cached else R_EVALUATED
         how = "from the baseline cache" if cached else "by its eval Job"
-        return SubmissionUpdate(SubmissionState.SUCCEEDED, reason, f"score {fields['score']} {how}", fields)
-    fields["score"] = None
-    fields["error"] = fields["error"] or "the evaluation produced no score"
-    return SubmissionUpdate(SubmissionState.FAILED, R_EVALUATION_ERROR, fields["error"], fields)
+        return SubmissionUpdate(SubmissionState.SUCCEEDED, reason, f"score {fields.score} {how}", fields)
+    fields.score = None
+    fields.error = fields.error or "the evaluation produced no score"
+    return SubmissionUpdate(SubmissionState.FAILED, R_EVALUATION_ERROR, fields.error, fields)
 
 
 def from_failed_job(outcome: JobOutcome, job_name: str, pod_detail: str | None = None) -> SubmissionUpdate:
@@ -259,56 +261,52 @@ def no_result(job_name: str) -> SubmissionUpdate:
     return failed(R_NO_RESULT, f"the eval Job {job_name} completed without writing result.json", job_name)
 
 
-def apply_update(old: Body, update: SubmissionUpdate, generation: int | None, now: str) -> Body | None:
+def apply_update(
+    old: BenchSubmissionStatus, update: SubmissionUpdate, generation: int | None, now: str
+) -> BenchSubmissionStatus | None:
     """The submission's new status (None: nothing to write). A terminal state is never changed."""
-    status = dict(old)
-    if is_terminal_state(str(status.get("state") or "")):
+    if "state" in old.model_fields_set and is_terminal_state(str(old.state)):
         return None
-    status["state"] = update.state.value
-    status["reason"] = update.reason
-    for key, value in update.fields.items():
-        if value is None:
-            status.pop(key, None)
-        else:
-            status[key] = value
-    status["conditions"] = st.set_condition(status.get("conditions") or [], update.condition, generation, now)
-    return None if status == old else status
+    conds = st.set_condition(st.conditions_of(old), update.condition, generation, now)
+    status = old.model_copy(
+        update={
+            "state": update.state.value,
+            "reason": update.reason,
+            **{name: getattr(update.fields, name) for name in update.fields.model_fields_set},
+            "conditions": st.condition_models(conds),
+        }
+    )
+    return None if st.status_wire(status) == st.status_wire(old) else status
 
 
 # --- the BenchRun's aggregate scores ---------------------------------------------------------
 
 
-def aggregate(subs: Sequence[Body]) -> dict[str, Any]:
+def aggregate(subs: Sequence[Body]) -> BenchRunStatus:
     """`submissionCount`, `baselineScore`, `bestScore`, `bestSubmission`, `improvement` of a run from
-    its BenchSubmissions (None: unset). Rejected submissions do not count; the baseline is index 0;
-    the best is the highest score (the earliest submission wins ties)."""
+    its BenchSubmissions, as a status with just those fields set (None: unset). Rejected submissions
+    do not count; the baseline is index 0; the best is the highest score (the earliest submission
+    wins ties)."""
     scored = []
     for sub in subs:
-        state = sub_state(sub)
-        if state == SubmissionState.REJECTED.value:
+        status = st.submission_status(sub)
+        if status.state == SubmissionState.REJECTED:
             continue
-        score = (sub.get("status") or {}).get("score") if state == SubmissionState.SUCCEEDED.value else None
-        scored.append(
-            Scored(int(sub["spec"]["index"]), float(score) if isinstance(score, int | float) else None)
-        )
+        score = status.score if status.state == SubmissionState.SUCCEEDED else None
+        scored.append(Scored(int(sub["spec"]["index"]), score))
     summary = summarize(scored)
-    return {
-        "submissionCount": summary.submissions,
-        "baselineScore": summary.baseline_score,
-        "bestScore": summary.best_score,
-        "bestSubmission": summary.best_submission,
-        "improvement": summary.improvement,
-    }
+    return BenchRunStatus(
+        submission_count=summary.submissions,
+        baseline_score=summary.baseline_score,
+        best_score=summary.best_score,
+        best_submission=summary.best_submission,
+        improvement=summary.improvement,
+    )
 
 
-def with_aggregate(status: Body, agg: dict[str, Any]) -> Body:
-    out = dict(status)
-    for key, value in agg.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = value
-    return out
+def with_aggregate(status: BenchRunStatus, agg: BenchRunStatus) -> BenchRunStatus:
+    """`status` with the fields of `agg` (`aggregate`'s) set; those that are None removed."""
+    return status.model_copy(update={name: getattr(agg, name) for name in agg.model_fields_set})
 
 
 # --- the end of a run -----------------------------------------------------------------------
@@ -428,8 +426,8 @@ def summary_line(report: dict[str, Any]) -> str:
     )
 
 
-def report_ref(report: dict[str, Any], uri: str) -> dict[str, Any]:
-    """`status.report` (wire) from report.json."""
+def report_ref(report: dict[str, Any], uri: str) -> ReportRef:
+    """`status.report` from report.json."""
     return ReportRef(
         uri=uri,
         schema_version=str(report["schema_version"]),
@@ -439,10 +437,10 @@ def report_ref(report: dict[str, Any], uri: str) -> dict[str, Any]:
         valid_submissions=int(report.get("valid_submissions") or 0),
         route=report.get("route"),
         summary=summary_line(report),
-    ).to_wire()
+    )
 
 
-def _nonneg(value: Any) -> float | None:
+def _nonneg(value: float | None) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
         return float(value)
     return None
@@ -455,18 +453,18 @@ def cluster_run_json(
     base_model_digest: str | None,
     evaluator_version: str,
     agent_exit_code: int | None,
-) -> dict[str, Any]:
+) -> RunRecord:
     """run.json of a cluster run (the local runner's document, `mode: cluster`), for the report."""
     meta = run["metadata"]
-    status = run.get("status") or {}
-    conds = status.get("conditions") or []
-    started = parse_time(status.get("startTime"))
-    finished = st.get_condition(conds, COND_AGENT_FINISHED)
-    ended = parse_time(finished.get("lastTransitionTime")) if finished else None
+    status = st.run_status(run)
+    conds = st.conditions_of(status)
+    started = status.start_time
+    finished = next((c for c in status.conditions if c.type == COND_AGENT_FINISHED), None)
+    ended = finished.last_transition_time if finished else None
     model = BenchRun(
         metadata=ObjectMeta(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"]), spec=spec
     )
-    doc = run_json(
+    return run_record(
         model,
         RunLayout(meta["namespace"], meta["name"], meta["uid"]),
         base_model_digest=base_model_digest or "",
@@ -475,6 +473,5 @@ def cluster_run_json(
         ended_at=ended.timestamp() if ended else None,
         end_reason=end_reason(conds),
         agent_exit_code=agent_exit_code,
+        mode="cluster",
     )
-    doc["mode"] = "cluster"
-    return doc

@@ -12,11 +12,16 @@ import functools
 import json
 from typing import Any
 
+from a2rl_grader.baseline import read_baseline_entry
 from a2rl_grader.evaluate import write_result
 from a2rl_grader.report.metrics import REPORT_SCHEMA_VERSION
 
 from a2rl.constants import BASELINE_INDEX
 from a2rl.errors import NotFoundError
+from a2rl.records.base import read_record, write_record
+from a2rl.records.baseline import BaselineEntry
+from a2rl.records.result import ResultRecord
+from a2rl.records.run import RunRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.store.open import open_store
@@ -46,14 +51,10 @@ class RunStore:
 
     # --- results ----------------------------------------------------------------------------
 
-    def read_result(self, index: int) -> dict[str, Any] | None:
-        try:
-            data = self.store.get_json(self.layout.submission_result(index))
-        except NotFoundError:
-            return None
-        except ValueError:  # not JSON: as good as absent (the eval Job's result is what counts)
-            return None
-        return data if isinstance(data, dict) else None
+    def read_result(self, index: int) -> ResultRecord | None:
+        """Submission `index`'s result.json; None when absent or unreadable (as good as absent: the
+        eval Job's result is what counts)."""
+        return read_record(self.store, self.layout.submission_result(index), ResultRecord)
 
     def read_details(self, index: int) -> list[dict[str, Any]]:
         try:
@@ -76,43 +77,32 @@ class RunStore:
 
     # --- the baseline cache (a2rl_grader.baseline's keys and entry format) -------------------
 
-    def baseline_from_cache(self, cache_key: str, model_digest: str) -> dict[str, Any] | None:
+    def baseline_from_cache(self, cache_key: str, model_digest: str) -> ResultRecord | None:
         """Record a cached baseline as this run's submission 0; its result (None: not cached)."""
 
-        try:
-            entry = self.store.get_json(cache_key)
-        except NotFoundError:
+        entry = read_baseline_entry(self.store, cache_key)
+        if entry is None:
             return None
-        if not isinstance(entry, dict) or entry.get("score") is None:
-            return None
-        details = entry.pop("details", [])
-        result = {**entry, "index": BASELINE_INDEX, "model_digest": model_digest, "cached": True}
-        write_result(
-            self.store, self.layout, BASELINE_INDEX, result, details if isinstance(details, list) else []
-        )
+        result = entry.result(model_digest)
+        write_result(self.store, self.layout, BASELINE_INDEX, result, entry.details)
         return result
 
-    def cache_baseline(self, cache_key: str, result: dict[str, Any]) -> bool:
+    def cache_baseline(self, cache_key: str, result: ResultRecord) -> bool:
         """Store a successful baseline result (with its per-item details) in the cache, unless there."""
-        if result.get("score") is None or result.get("error") or self.store.exists(cache_key):
+        if result.score is None or result.error or self.store.exists(cache_key):
             return False
-        entry = {k: v for k, v in result.items() if k != "cached"}
-        self.store.put_json(cache_key, {**entry, "details": self.read_details(BASELINE_INDEX)})
+        write_record(self.store, cache_key, BaselineEntry.of(result, self.read_details(BASELINE_INDEX)))
         return True
 
     # --- end of run -------------------------------------------------------------------------
 
-    def write_run_json(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Write run.json; fields another writer put there stay unless `doc` knows better (non-null)."""
-        try:
-            existing = self.store.get_json(self.layout.run_json)
-        except (NotFoundError, ValueError):
-            existing = {}
-        merged = {
-            **(existing if isinstance(existing, dict) else {}),
-            **{k: v for k, v in doc.items() if v is not None},
-        }
-        self.store.put_json(self.layout.run_json, merged)
+    def write_run_json(self, record: RunRecord) -> RunRecord:
+        """Write run.json; fields another writer put there stay unless `record` knows better
+        (non-null). Returns what was written."""
+        existing = read_record(self.store, self.layout.run_json, RunRecord)
+        fields = {k: v for k, v in record.to_json().items() if v is not None}
+        merged = RunRecord.from_json({**(existing.to_json() if existing is not None else {}), **fields})
+        write_record(self.store, self.layout.run_json, merged)
         return merged
 
     def write_log(self, component: str, text: str) -> str:
