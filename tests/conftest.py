@@ -12,9 +12,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+# Session-wide read-only fixtures: the default tiny model, the staged arith data.
+pytest_plugins = ["tests.support.shared_fixtures"]
 if (Path(__file__).parent / "testenv" / "fixtures.py").exists():
     # The real control plane and MinIO, and the grading fixtures built on them.
-    pytest_plugins = ["tests.testenv.fixtures", "tests.support.grading_fixtures"]
+    pytest_plugins += ["tests.testenv.fixtures", "tests.support.grading_fixtures"]
 
 
 def _has_cuda_gpu() -> bool:

@@ -27,9 +27,10 @@ from a2rl_tasks.arith import data as arith_data
 from a2rl_tasks.common.jsonl import write_jsonl
 from a2rl_tasks.common.numbers import QUESTION_CUT, extract_last_number, numbers_equal, parse_gold
 
-from a2rl.models.tiny import build_tiny_model, build_tokenizer
+from a2rl.models.tiny import build_tokenizer
 from a2rl.store.local import LocalStore
 from tests.support.recorder_support import StoreBackedDispatcher, make_config, make_model, make_workspace
+from tests.support.shared_fixtures import writable_copy
 
 AGENTS_DIR = Path(__file__).resolve().parents[2] / "agents" / "a2rl_agents"
 # The project's own packages; an agent may import only its own.
@@ -369,9 +370,9 @@ def test_grading_client_against_the_recorder(recorder: Recorder) -> None:
 
 
 @pytest.mark.slow
-def test_sft_agent_stops_cleanly_on_sigterm(recorder: Recorder) -> None:
+def test_sft_agent_stops_cleanly_on_sigterm(recorder: Recorder, tiny_model: Path) -> None:
     ws = recorder.ws
-    build_tiny_model(ws / "models" / "tiny")
+    writable_copy(tiny_model, ws / "models" / "tiny")
     train, _ = arith_data.generate(0, n_train=300, n_heldout=10)
     write_jsonl(ws / "data" / "train.jsonl", train)
     env = {

@@ -10,7 +10,6 @@ from a2rl_tasks import get_task
 from a2rl_tasks.base import StagedData
 
 from a2rl.launch import run_a2rl
-from a2rl.models.tiny import build_tiny_model
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import hash_tree, snapshot_tree
 from a2rl.store.layout import RunLayout, baseline_key
@@ -26,16 +25,8 @@ LIMIT = 12
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny", seed=0)
-
-
-@pytest.fixture(scope="module")
-def heldout(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("arith")
-    staged = StagedData(train_dir=root / "train", heldout_dir=root / "heldout")
-    get_task("arith").stage(staged, seed=0)
-    return staged.heldout_dir
+def heldout(staged_arith: StagedData) -> Path:
+    return staged_arith.heldout_dir
 
 
 @pytest.fixture
@@ -66,10 +57,10 @@ def _common(store_uri: str, layout: RunLayout, heldout: Path) -> list[str]:
             "--backend", "transformers", "--limit", str(LIMIT)]  # fmt: skip
 
 
-def test_submission_end_to_end(tiny_dir: Path, heldout: Path, store_uri: str, tmp_path: Path) -> None:
+def test_submission_end_to_end(tiny_model: Path, heldout: Path, store_uri: str, tmp_path: Path) -> None:
     store = open_store(store_uri)
     layout = RunLayout("local", "run", "0123456789ab")
-    digest = _submit(store, layout, 1, tiny_dir)
+    digest = _submit(store, layout, 1, tiny_model)
 
     rc, out, err = _eval(["submission", *_common(store_uri, layout, heldout), "--index", "1"], tmp_path)
     assert rc == 0, err
@@ -114,18 +105,18 @@ def test_missing_submission_is_a_one_line_error(heldout: Path, store_uri: str, t
 
 
 def test_baseline_is_cached_across_runs(
-    tiny_dir: Path, heldout: Path, store_uri: str, tmp_path: Path
+    tiny_model: Path, heldout: Path, store_uri: str, tmp_path: Path
 ) -> None:
     store = open_store(store_uri)
     run_a = RunLayout("local", "first", "0123456789ae")
     run_b = RunLayout("local", "second", "0123456789af")
-    args = ["--model-dir", str(tiny_dir), "--base-name", "tiny"]
+    args = ["--model-dir", str(tiny_model), "--base-name", "tiny"]
 
     rc, out, err = _eval(["baseline", *_common(store_uri, run_a, heldout), *args], tmp_path)
     assert rc == 0, err
     first = json.loads(out)
     assert first["cached"] is False and first["error"] is None and first["index"] == 0
-    digest = hash_tree(tiny_dir).digest
+    digest = hash_tree(tiny_model).digest
     version = get_task("arith").evaluator_version
     assert store.exists(baseline_key("arith", digest, f"{version}+limit{LIMIT}"))
     assert not store.exists(baseline_key("arith", digest, version))  # a limited run never poses as full

@@ -8,10 +8,8 @@ from pathlib import Path
 import pytest
 from a2rl_recorder.dispatch import LocalDispatcher
 from a2rl_recorder.service import Recorder
-from a2rl_tasks import get_task
 from a2rl_tasks.base import StagedData
 
-from a2rl.models.tiny import build_tiny_model
 from a2rl.store.cas import hash_tree
 from a2rl.store.local import LocalStore
 from tests.support.recorder_support import LAYOUT, make_config, make_workspace
@@ -21,10 +19,10 @@ pytestmark = pytest.mark.slow
 LIMIT = 8
 
 
-def test_local_dispatcher_runs_the_real_eval_process(tmp_path: Path) -> None:
-    tiny = build_tiny_model(tmp_path / "tiny", seed=0)
-    staged = StagedData(train_dir=tmp_path / "data" / "train", heldout_dir=tmp_path / "data" / "heldout")
-    get_task("arith").stage(staged, seed=0)
+def test_local_dispatcher_runs_the_real_eval_process(
+    tmp_path: Path, tiny_model: Path, staged_arith: StagedData
+) -> None:
+    tiny, staged = tiny_model, staged_arith
     ws = make_workspace(tmp_path)
     shutil.copytree(tiny, ws / "output" / "v1")
     broken = ws / "output" / "broken"

@@ -17,7 +17,6 @@ from a2rl_tasks.artifacts import stage_artifacts
 
 from a2rl.constants import ENV_ALFWORLD_MAX_STEPS
 from a2rl.launch import run_a2rl
-from a2rl.models.tiny import build_tiny_model
 from a2rl.store.open import open_store
 
 pytestmark = pytest.mark.slow
@@ -25,8 +24,8 @@ GAMES = 2
 STEPS = 2
 
 
-def test_tiny_model_plays_alfworld_through_the_grader(tmp_path: Path) -> None:
-    tiny = build_tiny_model(tmp_path / "tiny", seed=0)
+def test_tiny_model_plays_alfworld_through_the_grader(tmp_path: Path, tiny_model: Path) -> None:
+    tiny = tiny_model
     staged = stage_artifacts(
         get_task("alfworld"), source=f"generated:train=1,heldout={GAMES}", root=tmp_path / "data"
     )

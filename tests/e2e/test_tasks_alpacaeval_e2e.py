@@ -14,17 +14,11 @@ from a2rl_tasks.alpacaeval import AlpacaEvalTask
 from a2rl_tasks.artifacts import stage_artifacts
 
 from a2rl.launch import a2rl_argv, run_a2rl
-from a2rl.models.tiny import build_tiny_model
 from tests.support.judge_server import JudgeServer
 from tests.support.task_data import make_alpaca_dir
 
 pytestmark = pytest.mark.slow
 LIMIT = 2
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny", seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +45,10 @@ def _baseline(
     return proc, tmp_path / name / "store" / prefix / "submissions" / "00000"
 
 
-def test_tiny_model_end_to_end_with_judge_cache(tiny_dir: Path, heldout: Path, tmp_path: Path) -> None:
+def test_tiny_model_end_to_end_with_judge_cache(tiny_model: Path, heldout: Path, tmp_path: Path) -> None:
     with JudgeServer() as server:
         env = server.env() | {"A2RL_JUDGE_CACHE_DIR": str(tmp_path / "judge-cache")}
-        proc, sub = _baseline(tmp_path, "first", tiny_dir, heldout, env)
+        proc, sub = _baseline(tmp_path, "first", tiny_model, heldout, env)
         assert proc.returncode == 0, proc.stderr[-2000:]
         result = json.loads((sub / "result.json").read_text())
         assert result["error"] is None, result
@@ -96,9 +90,9 @@ def test_tiny_model_end_to_end_with_judge_cache(tiny_dir: Path, heldout: Path, t
 
 
 def test_missing_judge_configuration_fails_the_evaluation_clearly(
-    tiny_dir: Path, heldout: Path, tmp_path: Path
+    tiny_model: Path, heldout: Path, tmp_path: Path
 ) -> None:
-    proc, sub = _baseline(tmp_path, "nojudge", tiny_dir, heldout, {})
+    proc, sub = _baseline(tmp_path, "nojudge", tiny_model, heldout, {})
     assert proc.returncode == 2
     assert "a2rl: error: task alpacaeval is scored by an LLM judge" in proc.stderr
     assert not (sub / "result.json").exists()  # no score at all, certainly not a zero

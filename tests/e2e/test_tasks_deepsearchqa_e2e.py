@@ -12,7 +12,6 @@ from a2rl_tasks.artifacts import stage_artifacts
 from a2rl_tasks.deepsearchqa import DeepSearchQATask
 
 from a2rl.launch import run_a2rl
-from a2rl.models.tiny import build_tiny_model
 from tests.support.judge_server import JudgeServer
 from tests.support.task_data import make_corpus, make_dsqa_file
 
@@ -20,8 +19,8 @@ pytestmark = pytest.mark.slow
 LIMIT = 2
 
 
-def test_tiny_model_end_to_end(tmp_path: Path) -> None:
-    tiny = build_tiny_model(tmp_path / "tiny", seed=0)
+def test_tiny_model_end_to_end(tmp_path: Path, tiny_model: Path) -> None:
+    tiny = tiny_model
     src = make_dsqa_file(tmp_path / "src", n=12)
     heldout = stage_artifacts(DeepSearchQATask(), source=str(src), root=tmp_path / "staged").heldout_dir
     corpus = make_corpus(tmp_path / "corpus.jsonl")

@@ -11,17 +11,11 @@ from a2rl_tasks import get_task
 from a2rl_tasks.artifacts import stage_artifacts
 
 from a2rl.launch import run_a2rl
-from a2rl.models.tiny import build_tiny_model
 from a2rl.store.open import open_store
 from tests.support.task_data import make_gsm8k_dir
 
 pytestmark = pytest.mark.slow
 LIMIT = 2
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny", seed=0)
 
 
 def _heldout(task: str, root: Path) -> Path:
@@ -46,9 +40,9 @@ def _baseline(tmp_path: Path, task: str, model_dir: Path, heldout: Path) -> tupl
 
 
 @pytest.mark.parametrize("task", ["gsm8k", "humaneval"])
-def test_tiny_model_end_to_end(task: str, tiny_dir: Path, tmp_path: Path) -> None:
+def test_tiny_model_end_to_end(task: str, tiny_model: Path, tmp_path: Path) -> None:
     heldout = _heldout(task, tmp_path / "data")
-    _, result, sub = _baseline(tmp_path, task, tiny_dir, heldout)
+    _, result, sub = _baseline(tmp_path, task, tiny_model, heldout)
     assert result["error"] is None
     assert result["task"] == task and result["n"] == LIMIT
     assert result["evaluator_version"] == get_task(task).evaluator_version

@@ -14,15 +14,16 @@ from a2rl_tasks import get_task
 from a2rl_tasks.artifacts import stage_artifacts
 
 from a2rl.launch import run_a2rl
-from a2rl.models.tiny import build_tiny_model
 
 pytestmark = pytest.mark.slow
 LIMIT = 2
 MAX_STEPS = 2  # the protocol's 50 steps, shortened for a CPU test through the staged env.json
 
 
-def test_tiny_model_webshop_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    tiny = build_tiny_model(tmp_path / "tiny", seed=0)
+def test_tiny_model_webshop_end_to_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny_model: Path
+) -> None:
+    tiny = tiny_model
     staged = stage_artifacts(get_task("webshop"), source=None, root=tmp_path / "staged")
     heldout = tmp_path / "heldout"
     shutil.copytree(staged.heldout_dir, heldout)

@@ -27,11 +27,8 @@ def _content(row: dict[str, object]) -> tuple[int, str, int]:
 
 
 @pytest.fixture(scope="module")
-def staged(tmp_path_factory: pytest.TempPathFactory) -> StagedData:
-    root = tmp_path_factory.mktemp("arith")
-    staged = StagedData(train_dir=root / "train", heldout_dir=root / "heldout")
-    get_task("arith").stage(staged, seed=0)
-    return staged
+def staged(staged_arith: StagedData) -> StagedData:
+    return staged_arith
 
 
 def test_split_sizes_and_formats(staged: StagedData) -> None:

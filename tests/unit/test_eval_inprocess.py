@@ -20,11 +20,8 @@ OPTIONS = EvalOptions(backend="transformers", limit=4)
 
 
 @pytest.fixture(scope="module")
-def heldout(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("arith")
-    staged = StagedData(train_dir=root / "train", heldout_dir=root / "heldout")
-    get_task("arith").stage(staged, seed=0)
-    return staged.heldout_dir
+def heldout(staged_arith: StagedData) -> Path:
+    return staged_arith.heldout_dir
 
 
 def test_lora_adapter_is_reported_to_the_agent(tmp_path: Path, heldout: Path) -> None:

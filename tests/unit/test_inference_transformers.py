@@ -14,7 +14,6 @@ from a2rl_grader.inference.transformers_backend import TransformersBackend
 
 from a2rl.errors import A2rlError
 from a2rl.inference import GenerationRequest
-from a2rl.models.tiny import build_tiny_model
 
 PROMPTS = [
     "Question: What is 1 + 2?\nAnswer: ",
@@ -26,13 +25,8 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
-
-
-@pytest.fixture(scope="module")
-def backend(tiny_dir: Path) -> TransformersBackend:
-    return TransformersBackend(tiny_dir, device="cpu", batch_size=4)
+def backend(tiny_model: Path) -> TransformersBackend:
+    return TransformersBackend(tiny_model, device="cpu", batch_size=4)
 
 
 def test_cut_at_stops() -> None:
@@ -47,12 +41,12 @@ def test_tensor_parallel_size(n: int, p: int) -> None:
 
 
 def test_generation_is_deterministic_and_batch_invariant(
-    tiny_dir: Path, backend: TransformersBackend
+    tiny_model: Path, backend: TransformersBackend
 ) -> None:
     request = GenerationRequest(max_new_tokens=12)
     batched = backend.generate(PROMPTS, request)
     assert batched == backend.generate(PROMPTS, request)
-    one_by_one = TransformersBackend(tiny_dir, device="cpu", batch_size=1).generate(PROMPTS, request)
+    one_by_one = TransformersBackend(tiny_model, device="cpu", batch_size=1).generate(PROMPTS, request)
     assert batched == one_by_one
     assert len(batched) == len(PROMPTS) and any(batched)
 
@@ -73,8 +67,8 @@ def test_stop_strings_are_applied(backend: TransformersBackend) -> None:
     assert cut == full[: full.index(stop)]
 
 
-def test_stop_strings_end_generation_early_with_the_same_text(tiny_dir: Path) -> None:
-    backend = TransformersBackend(tiny_dir, device="cpu", batch_size=2)
+def test_stop_strings_end_generation_early_with_the_same_text(tiny_model: Path) -> None:
+    backend = TransformersBackend(tiny_model, device="cpu", batch_size=2)
     full = backend.generate(PROMPTS[:2], GenerationRequest(max_new_tokens=40))
     assert backend.decode_steps == 40  # the tiny model never ends a sequence on its own here
     # Stop strings that occur in both outputs end the batch early, text unchanged. (The random
@@ -111,7 +105,7 @@ def test_model_load_errors(tmp_path: Path) -> None:
         TransformersBackend(bad, device="cpu")
 
 
-def test_select_backend(tiny_dir: Path) -> None:
+def test_select_backend(tiny_model: Path) -> None:
     import torch
 
     expected = "transformers"
@@ -120,7 +114,7 @@ def test_select_backend(tiny_dir: Path) -> None:
 
         expected = "vllm" if importlib.util.find_spec("vllm") else "transformers"
     assert resolve_backend_name("auto") == expected
-    assert select_backend("transformers", tiny_dir, batch_size=2, device="cpu").name == "transformers"
+    assert select_backend("transformers", tiny_model, batch_size=2, device="cpu").name == "transformers"
     with pytest.raises(A2rlError, match="unknown inference backend"):
         resolve_backend_name("tensorrt")
     if not torch.cuda.is_available():

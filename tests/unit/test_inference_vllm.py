@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from a2rl.inference import GenerationRequest
-from a2rl.models.tiny import build_tiny_model
 
 pytestmark = [
     pytest.mark.gpu,
@@ -16,25 +15,20 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
-
-
-def test_vllm_generates_greedily_and_closes(tiny_dir: Path) -> None:
+def test_vllm_generates_greedily_and_closes(tiny_model: Path) -> None:
     import torch
     from a2rl_grader.inference.vllm_backend import VLLMBackend
 
     prompts = ["Question: What is 1 + 2?\nAnswer: ", "Question: What is 40 - 2?\nAnswer: "]
     request = GenerationRequest(max_new_tokens=8, stop=("Question:",))
-    backend = VLLMBackend(tiny_dir, dtype="float32", gpu_memory_utilization=0.3, enforce_eager=True)
+    backend = VLLMBackend(tiny_model, dtype="float32", gpu_memory_utilization=0.3, enforce_eager=True)
     assert backend.tensor_parallel_size >= 1
     first = backend.generate(prompts, request)
     assert first == backend.generate(prompts, request)
     assert all("Question:" not in out for out in first)
     backend.close()
     # A second engine can start in the same process once the first is closed.
-    again = VLLMBackend(tiny_dir, dtype="float32", gpu_memory_utilization=0.3, enforce_eager=True)
+    again = VLLMBackend(tiny_model, dtype="float32", gpu_memory_utilization=0.3, enforce_eager=True)
     assert again.generate(prompts, request) == first
     again.close()
     assert torch.cuda.memory_allocated() < 512 * 2**20

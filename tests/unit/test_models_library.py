@@ -11,14 +11,13 @@ from a2rl_cli import main
 from a2rl.errors import A2rlError, NotFoundError
 from a2rl.models.library import ModelLayout, fetch_model, library_manifest, list_models, push_model
 from a2rl.models.resolve import resolve_base_model
-from a2rl.models.tiny import build_tiny_model
 from a2rl.store.cas import hash_tree
 from a2rl.store.local import LocalStore
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+def tiny(tiny_model: Path) -> Path:
+    return tiny_model
 
 
 def test_push_then_fetch_restores_the_same_tree_and_uploads_shared_files_once(

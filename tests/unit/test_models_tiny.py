@@ -19,6 +19,8 @@ ROUND_TRIP = [
 ]
 
 
+# Not the shared `tiny_model`: this module tests the build itself and compares tree digests
+# (which include file modes) with fresh builds, so it needs its own writable build.
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
