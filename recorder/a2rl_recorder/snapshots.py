@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +23,9 @@ from a2rl.records.tree import TreeRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import DigestCache, iter_files, snapshot_tree
 from a2rl.store.layout import RunLayout
+
+#: A cheap fingerprint of a tree: (path, size, mtime in ns) per file.
+Signature = tuple[tuple[str, int, int], ...]
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +80,7 @@ class CodeSnapshotter:
         except FileNotFoundError:
             return False
 
-    def signature(self) -> tuple[tuple[str, int, int], ...]:
+    def signature(self) -> Signature:
         """A cheap fingerprint of `code/` (path, size, mtime) to notice changes without hashing."""
         if not self.code_dir.is_dir():
             return ()
@@ -141,32 +145,60 @@ def _size(path: Path) -> int:
         return 0
 
 
+class Debounce:
+    """When a watched tree is due for a snapshot: once it has changed and then stayed unchanged for
+    `quiet_s` (pure: the caller passes each observed signature with the time it was observed)."""
+
+    def __init__(self, quiet_s: float) -> None:
+        self.quiet_s = quiet_s
+        self._seen: Signature | None = None
+        self._recorded: Signature | None = None
+        self._changed_at = 0.0
+
+    def due(self, signature: Signature, now: float) -> bool:
+        if signature != self._seen:
+            self._seen, self._changed_at = signature, now
+            return False
+        return signature != self._recorded and now - self._changed_at >= self.quiet_s
+
+    def recorded(self, signature: Signature) -> None:
+        self._recorded = signature
+
+
 class CodeWatcher:
     """Polls `code/` in a daemon thread; snapshots after `debounce_s` of quiet following a change."""
 
-    def __init__(self, snapshotter: CodeSnapshotter, *, poll_s: float, debounce_s: float) -> None:
+    def __init__(
+        self,
+        snapshotter: CodeSnapshotter,
+        *,
+        poll_s: float,
+        debounce_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.snapshotter = snapshotter
         self.poll_s = poll_s
-        self.debounce_s = debounce_s
+        self.debounce = Debounce(debounce_s)
+        self._clock = clock
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="a2rl-code-watcher", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    def poll(self) -> Revision | None:
+        """One look at `code/`: a snapshot (reason "change") when the debounce says it is due."""
+        sig = self.snapshotter.signature()
+        if not self.debounce.due(sig, self._clock()):
+            return None
+        revision = self.snapshotter.snapshot("change")
+        self.debounce.recorded(sig)
+        return revision
+
     def _run(self) -> None:
-        seen: tuple[tuple[str, int, int], ...] | None = None
-        recorded: tuple[tuple[str, int, int], ...] | None = None
-        changed_at = time.monotonic()
         while not self._stop.is_set():
             try:
-                sig = self.snapshotter.signature()
-                now = time.monotonic()
-                if sig != seen:
-                    seen, changed_at = sig, now
-                elif sig != recorded and now - changed_at >= self.debounce_s:
-                    self.snapshotter.snapshot("change")
-                    recorded = sig
+                self.poll()
             except Exception:  # a transient store or filesystem error must not kill the watcher
                 log.exception("code watcher: snapshot failed; retrying at the next poll")
             self._stop.wait(self.poll_s)
