@@ -4,6 +4,7 @@ A cluster's workspace has no model hub to download from (its NetworkPolicy allow
 API server and DNS only), so a base model is pushed once to the run store and named by runs:
 
     models/<name>/manifest.json     {"name", "digest", "files": TreeManifest, "bytes", "pushed_at"}
+                                    (a2rl.records.library.ModelLibraryManifest)
     models/blobs/<sha256>           file contents, shared by every pushed model
 
 Content-addressed like run snapshots: pushing a model that shares files with one already there
@@ -19,11 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from a2rl.errors import A2rlError, NotFoundError
+from a2rl.records.base import RecordError, write_record
+from a2rl.records.checked import load_checked
+from a2rl.records.library import ModelLibraryManifest
+from a2rl.records.tree import TreeRecord
 from a2rl.store.base import ObjectStore
-from a2rl.store.cas import TreeManifest, restore_tree, snapshot_tree
+from a2rl.store.cas import restore_tree, snapshot_tree
 
 STORE_PREFIX = "store:"
 LIBRARY = "models"
@@ -62,7 +66,7 @@ def check_model_name(name: str) -> str:
 
 def push_model(
     store: ObjectStore, name: str, model_dir: Path, *, say: Callable[[str], None] = print
-) -> dict[str, Any]:
+) -> ModelLibraryManifest:
     """Upload `model_dir` as `store:<name>` (replacing what the name pointed to); its manifest."""
     layout = ModelLayout(check_model_name(name))
     if not (model_dir / "config.json").is_file():
@@ -72,44 +76,51 @@ def push_model(
         f"{stats.files} file(s), {stats.bytes_total} bytes; uploaded {stats.files_uploaded} file(s), "
         f"{stats.bytes_uploaded} bytes in {stats.seconds:.1f}s"
     )
-    doc = {
-        "name": name,
-        "digest": tree.digest,
-        "bytes": tree.total_bytes,
-        "files": tree.to_json(),
-        "pushed_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-    }
-    store.put_json(layout.manifest, doc)  # last: a reader never sees a model with missing blobs
+    doc = ModelLibraryManifest(
+        name=name,
+        digest=tree.digest,
+        bytes=tree.total_bytes,
+        files=TreeRecord.of(tree),
+        pushed_at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+    )
+    write_record(store, layout.manifest, doc)  # last: a reader never sees a model with missing blobs
     return doc
 
 
-def library_manifest(store: ObjectStore, name: str) -> dict[str, Any]:
+def library_manifest(store: ObjectStore, name: str) -> ModelLibraryManifest:
+    """The manifest of `store:<name>`: a one-line `NotFoundError` naming the push command when it
+    is not pushed, a one-line `RecordError` naming its key when it is corrupt."""
     layout = ModelLayout(check_model_name(name))
     try:
-        doc: dict[str, Any] = store.get_json(layout.manifest)
+        return load_checked(store, layout.manifest, ModelLibraryManifest)
     except NotFoundError:
         raise NotFoundError(
             f"base model not found: store:{name} is not in {store.uri} "
             f"(push it once with `a2rl models push DIR --name {name} --store {store.uri}`)"
         ) from None
-    return doc
 
 
-def list_models(store: ObjectStore) -> list[dict[str, Any]]:
-    """Every pushed model's manifest, without the file list."""
+def list_models(store: ObjectStore) -> list[ModelLibraryManifest]:
+    """Every pushed model's manifest, sorted by name (`ModelLibraryManifest.summary` drops the
+    file list)."""
     found = []
     for key in store.list(LIBRARY):
         parts = key.split("/")
         if len(parts) == 3 and parts[2] == "manifest.json" and parts[1] != "blobs":
-            doc = store.get_json(key)
-            found.append({k: v for k, v in doc.items() if k != "files"})
-    return sorted(found, key=lambda d: str(d.get("name")))
+            found.append(load_checked(store, key, ModelLibraryManifest))
+    return sorted(found, key=lambda d: str(d.name))
 
 
 def fetch_model(store: ObjectStore, name: str, cache_root: Path) -> Path:
     """The local directory of `store:<name>`: restored under `cache_root/<digest>` once, verified."""
     doc = library_manifest(store, name)
-    tree = TreeManifest.from_json(doc["files"])
+    where = store.url_for(ModelLayout(name).manifest)
+    if doc.files is None:
+        raise RecordError(f"{where} is not a valid {ModelLibraryManifest.__name__}: files: Field required")
+    try:
+        tree = doc.files.manifest()
+    except ValueError as exc:
+        raise RecordError(f"{where}: {exc}") from None
     dest = cache_root / tree.digest
     complete = cache_root / f"{tree.digest}{COMPLETE_SUFFIX}"
     if complete.is_file() and dest.is_dir():

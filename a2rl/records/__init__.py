@@ -9,6 +9,9 @@
     baseline.py    baselines/<task>/<digest>/<version>.json    BaselineEntry
     tree.py        the tree manifests inside them              TreeRecord (a2rl.store.cas.TreeManifest)
     benchrun.py    benchrun.json (a deleted BenchRun, cluster) FinalRunRecord
+    library.py     models/<name>/manifest.json                 ModelLibraryManifest
+    artifact.py    data/<task>/<version>-seed<s>/<split>/manifest.json  ArtifactManifest
 
-`base.read_record` / `load_record` / `write_record` read and write them through an `ObjectStore`.
+`base.read_record` / `load_record` / `write_record` read and write them through an `ObjectStore`;
+`checked.load_checked` / `checked` read with a one-line error for documents users name.
 """

@@ -97,5 +97,5 @@ def _verify(args: argparse.Namespace) -> int:
         raise A2rlError(f"{path} is neither an artifact nor a staging root with train/ and heldout/")
     for root in roots:
         manifest = verify_artifact(root)
-        print(f"ok {root}  ({len(manifest['files'])} file(s), digest {manifest['digest'][:16]})")
+        print(f"ok {root}  ({len(manifest.files)} file(s), digest {(manifest.digest or '')[:16]})")
     return 0

@@ -130,5 +130,5 @@ def _fetch_heldout(args: argparse.Namespace) -> int:
     task = get_task(args.task)
     manifest = fetch_heldout(open_store(args.store), task, args.seed, args.dest)
     key = heldout_key(task, args.seed)
-    print(f"held-out data {key}: {len(manifest['files'])} file(s), digest {manifest['digest']}")
+    print(f"held-out data {key}: {len(manifest.files)} file(s), digest {manifest.digest}")
     return 0

@@ -78,7 +78,7 @@ def _push(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     print(f"pushing {args.model_dir} to {store.uri} as store:{args.name}", flush=True)
     doc = push_model(store, args.name, args.model_dir)
-    print(f"store:{args.name} = {doc['digest']} ({doc['bytes']} bytes)")
+    print(f"store:{args.name} = {doc.digest} ({doc.bytes} bytes)")
     return 0
 
 
@@ -88,10 +88,10 @@ def _list(args: argparse.Namespace) -> int:
 
     models = list_models(open_store(args.store))
     if args.json:
-        print(json.dumps(models, indent=2))
+        print(json.dumps([m.summary() for m in models], indent=2))
         return 0
     if not models:
         print("no models pushed")
     for m in models:
-        print(f"store:{m['name']}  {m['digest'][:12]}  {m['bytes']} bytes  pushed {m['pushed_at']}")
+        print(f"store:{m.name}  {(m.digest or '')[:12]}  {m.bytes} bytes  pushed {m.pushed_at}")
     return 0

@@ -35,6 +35,7 @@ from a2rl.contracts.setup import SetupParams
 from a2rl.errors import A2rlError, NotFoundError
 from a2rl.models.library import source_layouts
 from a2rl.models.resolve import resolve_base_model
+from a2rl.records.artifact import ArtifactManifest
 from a2rl.records.base import read_record, write_record
 from a2rl.records.submission import SubmissionManifest
 from a2rl.records.tree import TreeRecord
@@ -55,7 +56,7 @@ def recorded_base_digest(store: ObjectStore, layout: RunLayout) -> str | None:
     return None if manifest is None else manifest.model_digest
 
 
-def fetch_train_data(store: ObjectStore, task: Any, seed: int, dest: Path) -> dict[str, Any]:
+def fetch_train_data(store: ObjectStore, task: Any, seed: int, dest: Path) -> ArtifactManifest:
     """Download and verify the task's staged train artifact into `dest`."""
 
     prefix = f"{store_prefix(task, seed)}/{TRAIN}"
@@ -88,7 +89,7 @@ def setup_workspace(
         say(f"[a2rl-setup] fetching the train data of {task.name} (seed {params.seed}) from {store.uri}")
         with span("stage_data"):
             train = fetch_train_data(store, task, params.seed, Path(tmp) / "train")
-        say(f"[a2rl-setup] {len(train['files'])} train file(s) verified (digest {train['digest'][:12]})")
+        say(f"[a2rl-setup] {len(train.files)} train file(s) verified (digest {(train.digest or '')[:12]})")
         with span("workspace_setup"):
             build_workspace(
                 config.workspace,

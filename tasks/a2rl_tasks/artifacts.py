@@ -14,7 +14,7 @@ the train artifact: the check is by content, not by file name.
 (`a2rl_tasks.staging.cached_dir(task, seed)`), or into `--out DIR`, or uploads to
 `--store URI` under `data/<task>/<data_version>-seed<seed>/{train,heldout}/`. In a cluster, each
 eval pod's init container fetches the held-out artifact back with `fetch_heldout` (`a2rl eval
-fetch-heldout`), every checksum verified.
+fetch-heldout`), every checksum verified. The manifest is `a2rl.records.artifact.ArtifactManifest`.
 """
 
 from __future__ import annotations
@@ -24,12 +24,15 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from a2rl.errors import A2rlError, NotFoundError
+from a2rl.records.artifact import ArtifactFile, ArtifactManifest
+from a2rl.records.base import write_record
+from a2rl.records.checked import checked, load_checked
 from a2rl.store.base import ObjectStore
 from a2rl_tasks.base import StagedData, Task
 from a2rl_tasks.staging import HELDOUT, TRAIN, cached_dir
@@ -42,7 +45,7 @@ MIN_LEAK_CHARS = 32
 @dataclass(frozen=True)
 class StagedArtifacts:
     root: Path
-    manifests: dict[str, dict[str, Any]]
+    manifests: dict[str, ArtifactManifest]
     #: False when an existing, verified staging was reused.
     created: bool
 
@@ -56,7 +59,7 @@ class StagedArtifacts:
 
     def summary(self) -> dict[str, Any]:
         return {
-            split: {"path": str(self.root / split), "digest": m["digest"], "files": len(m["files"])}
+            split: {"path": str(self.root / split), "digest": m.digest, "files": len(m.files)}
             for split, m in self.manifests.items()
         } | {"created": self.created}
 
@@ -80,56 +83,62 @@ def _files(root: Path) -> Iterator[Path]:
                 yield path
 
 
-def file_entries(root: Path) -> dict[str, dict[str, Any]]:
+def file_entries(root: Path) -> dict[str, ArtifactFile]:
     entries = {
-        p.relative_to(root).as_posix(): {"sha256": sha256_file(p), "size": p.stat().st_size}
+        p.relative_to(root).as_posix(): ArtifactFile(sha256=sha256_file(p), size=p.stat().st_size)
         for p in _files(root)
     }
     return dict(sorted(entries.items()))
 
 
-def entries_digest(files: dict[str, dict[str, Any]]) -> str:
-    lines = "".join(f"{path}\0{e['sha256']}\0{e['size']}\n" for path, e in sorted(files.items()))
+def entries_digest(files: Mapping[str, ArtifactFile]) -> str:
+    lines = "".join(f"{path}\0{e.sha256}\0{e.size}\n" for path, e in sorted(files.items()))
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
-def build_manifest(root: Path, *, task: Task, split: str, seed: int, source: str | None) -> dict[str, Any]:
+def build_manifest(root: Path, *, task: Task, split: str, seed: int, source: str | None) -> ArtifactManifest:
     files = file_entries(root)
-    return {
-        "task": task.name,
-        "split": split,
-        "data_version": task.data_version,
-        "seed": seed,
-        "source": source,
-        "files": files,
-        "digest": entries_digest(files),
-    }
+    return ArtifactManifest(
+        task=task.name,
+        split=split,
+        data_version=task.data_version,
+        seed=seed,
+        source=source,
+        files=files,
+        digest=entries_digest(files),
+    )
 
 
-def write_manifest(root: Path, manifest: dict[str, Any]) -> None:
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+def write_manifest(root: Path, manifest: ArtifactManifest) -> None:
+    (root / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n")
 
 
-def read_manifest(root: Path) -> dict[str, Any]:
+def read_manifest(root: Path) -> ArtifactManifest:
+    """The manifest of the artifact at `root`; a one-line `A2rlError` naming the file when it is
+    missing, not JSON or not a valid manifest."""
     path = root / MANIFEST
     if not path.is_file():
         raise A2rlError(f"no {MANIFEST} in {root} (not a staged artifact)")
     try:
-        manifest: dict[str, Any] = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except ValueError as exc:
-        raise A2rlError(f"{path}: not JSON: {exc}") from exc
-    return manifest
+        raise A2rlError(f"{path}: not JSON: {exc}") from None
+    return checked(ArtifactManifest, data, str(path))
 
 
-def verify_artifact(root: Path) -> dict[str, Any]:
+def _same(a: ArtifactFile, b: ArtifactFile) -> bool:
+    return (a.sha256, a.size) == (b.sha256, b.size)
+
+
+def verify_artifact(root: Path) -> ArtifactManifest:
     """The manifest of the artifact at `root`, after checking every file against it."""
     manifest = read_manifest(root)
-    expected = manifest.get("files", {})
+    expected = manifest.files
     actual = file_entries(root)
     problems = [f"missing {p}" for p in expected if p not in actual]
     problems += [f"unexpected {p}" for p in actual if p not in expected]
-    problems += [f"changed {p}" for p in expected if p in actual and actual[p] != expected[p]]
-    if entries_digest(expected) != manifest.get("digest"):
+    problems += [f"changed {p}" for p in expected if p in actual and not _same(actual[p], expected[p])]
+    if entries_digest(expected) != manifest.digest:
         problems.append("manifest digest does not match its file list")
     if problems:
         raise A2rlError(f"artifact {root} does not match its manifest: {'; '.join(problems[:5])}")
@@ -212,7 +221,7 @@ def default_root(task: Task, seed: int) -> Path:
     return cached_dir(task, seed)
 
 
-def _existing(root: Path) -> dict[str, dict[str, Any]] | None:
+def _existing(root: Path) -> dict[str, ArtifactManifest] | None:
     if not root.exists():
         return None
     if all((root / s / MANIFEST).is_file() for s in SPLITS):
@@ -266,19 +275,20 @@ def store_prefix(task: Task, seed: int) -> str:
     return f"data/{task.name}/{task.data_version}-seed{seed}"
 
 
-def upload_artifact(store: ObjectStore, prefix: str, root: Path) -> dict[str, Any]:
+def upload_artifact(store: ObjectStore, prefix: str, root: Path) -> ArtifactManifest:
     """Upload a verified artifact directory; the manifest goes last (readers wait for it)."""
     manifest = verify_artifact(root)
-    for rel in manifest["files"]:
+    for rel in manifest.files:
         store.put_file(f"{prefix}/{rel}", root / rel)
-    store.put_json(f"{prefix}/{MANIFEST}", manifest)
+    write_record(store, f"{prefix}/{MANIFEST}", manifest)
     return manifest
 
 
-def fetch_artifact(store: ObjectStore, prefix: str, dest: Path) -> dict[str, Any]:
-    """Download the artifact at `prefix` into `dest` and verify every checksum."""
-    manifest: dict[str, Any] = store.get_json(f"{prefix}/{MANIFEST}")
-    for rel in manifest.get("files", {}):
+def fetch_artifact(store: ObjectStore, prefix: str, dest: Path) -> ArtifactManifest:
+    """Download the artifact at `prefix` into `dest` and verify every checksum (`NotFoundError`
+    when it is not staged; a one-line `RecordError` naming the key when its manifest is corrupt)."""
+    manifest = load_checked(store, f"{prefix}/{MANIFEST}", ArtifactManifest)
+    for rel in manifest.files:
         if rel.startswith("/") or ".." in Path(rel).parts:
             raise A2rlError(f"artifact {prefix}: unsafe path {rel!r} in manifest")
         store.get_file(f"{prefix}/{rel}", dest / rel)
@@ -291,7 +301,7 @@ def heldout_key(task: Task, seed: int) -> str:
     return f"{store_prefix(task, seed)}/{HELDOUT}"
 
 
-def fetch_heldout(store: ObjectStore, task: Task, seed: int, dest: Path) -> dict[str, Any]:
+def fetch_heldout(store: ObjectStore, task: Task, seed: int, dest: Path) -> ArtifactManifest:
     """Download the task's staged held-out artifact into `dest` and verify every checksum; a
     one-line NotFoundError naming the command that stages it when it is not staged."""
     key = heldout_key(task, seed)
@@ -311,7 +321,7 @@ def stage_to_store(task: Task, store: ObjectStore, *, source: str | None, seed: 
             manifest = upload_artifact(store, f"{prefix}/{split}", staged.root / split)
             out[split] = {
                 "key": store.url_for(f"{prefix}/{split}"),
-                "digest": manifest["digest"],
-                "files": len(manifest["files"]),
+                "digest": manifest.digest,
+                "files": len(manifest.files),
             }
         return out

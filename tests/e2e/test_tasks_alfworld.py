@@ -159,7 +159,7 @@ def test_source_parsing() -> None:
 
 def test_staged_artifacts(staged: Any, engine: TextGame) -> None:
     for split in ("train", "heldout"):
-        assert verify_artifact(staged.root / split)["task"] == "alfworld"
+        assert verify_artifact(staged.root / split).task == "alfworld"
     held = _rows(staged.heldout_dir / data.HELDOUT_FILE)
     train = _rows(staged.train_dir / data.TRAIN_FILE)
     sft = _rows(staged.train_dir / data.SFT_FILE)

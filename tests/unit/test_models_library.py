@@ -26,18 +26,18 @@ def test_push_then_fetch_restores_the_same_tree_and_uploads_shared_files_once(
     store = LocalStore(tmp_path / "store")
     lines: list[str] = []
     doc = push_model(store, "tiny-0", tiny, say=lines.append)
-    assert doc["digest"] == hash_tree(tiny).digest and doc["bytes"] == hash_tree(tiny).total_bytes
+    assert doc.digest == hash_tree(tiny).digest and doc.bytes == hash_tree(tiny).total_bytes
     assert "uploaded" in lines[0]
     # Same files under a second name: nothing new is uploaded.
     again: list[str] = []
     push_model(store, "tiny-copy", tiny, say=again.append)
     assert "uploaded 0 file(s), 0 bytes" in again[0]
-    assert [m["name"] for m in list_models(store)] == ["tiny-0", "tiny-copy"]
-    assert "files" not in list_models(store)[0]
+    assert [m.name for m in list_models(store)] == ["tiny-0", "tiny-copy"]
+    assert "files" not in list_models(store)[0].summary()
 
     cache = tmp_path / "cache"
     restored = fetch_model(store, "tiny-0", cache)
-    assert hash_tree(restored).digest == doc["digest"]
+    assert hash_tree(restored).digest == doc.digest
     # Restored once: a later fetch uses the cache (it works even with the blobs gone).
     for blob in (tmp_path / "store" / "models" / "blobs").iterdir():
         blob.unlink()
@@ -47,13 +47,14 @@ def test_push_then_fetch_restores_the_same_tree_and_uploads_shared_files_once(
 def test_a_corrupt_blob_is_refused_and_leaves_nothing_half_restored(tiny: Path, tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "store")
     doc = push_model(store, "tiny", tiny, say=lambda s: None)
-    victim = doc["files"]["files"][0]["sha256"]
+    assert doc.files is not None
+    victim = doc.files.files[0].sha256
     path = tmp_path / "store" / ModelLayout("tiny").blob(victim)
     path.chmod(0o644)
     path.write_bytes(b"not the weights")
     with pytest.raises(A2rlError, match="corrupt"):
         fetch_model(store, "tiny", tmp_path / "cache")
-    assert not (tmp_path / "cache" / doc["digest"]).exists()
+    assert not (tmp_path / "cache" / str(doc.digest)).exists()
 
 
 def test_store_sources_resolve_against_the_store_with_clear_errors(

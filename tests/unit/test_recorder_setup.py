@@ -142,7 +142,7 @@ def test_setup_restores_a_base_model_pushed_to_the_store(
     params = SetupParams("store:tiny-pushed", "tiny", seed=0, grace_s=5)
     lines: list[str] = []
     manifest = setup_workspace(config, staged_store, params, create_submission=lambda i: {}, say=lines.append)
-    assert hash_tree(workspace / "models" / "tiny").digest == pushed["digest"] == manifest.model_digest
+    assert hash_tree(workspace / "models" / "tiny").digest == pushed.digest == manifest.model_digest
     # The run's snapshot of the base model is copied inside the store, not uploaded again.
     (snapshot_line,) = [line for line in lines if "in the store" in line]
     assert "0 file(s), 0 bytes uploaded" in snapshot_line and " 0 bytes copied" not in snapshot_line

@@ -41,8 +41,8 @@ def test_staged_splits_are_disjoint_by_content(task: str, tmp_path: Path, gsm8k_
     assert heldout_leaks(staged.train_dir, staged.heldout_dir) == []
     for split in ("train", "heldout"):
         manifest = verify_artifact(staged.root / split)
-        assert manifest["task"] == task and manifest["split"] == split
-        assert len(manifest["digest"]) == 64
+        assert manifest.task == task and manifest.split == split
+        assert len(manifest.digest or "") == 64
 
 
 def test_leak_check_catches_a_copied_heldout_item(tmp_path: Path) -> None:
@@ -101,7 +101,7 @@ def test_stage_to_store_and_fetch(tmp_path: Path, capsys: pytest.CaptureFixture[
     store = open_store(uri)
     dest = tmp_path / "fetched"
     manifest = fetch_artifact(store, f"{store_prefix(get_task('humaneval'), 0)}/heldout", dest)
-    assert manifest["digest"] == keys["heldout"]["digest"]
+    assert manifest.digest == keys["heldout"]["digest"]
     assert len((dest / "heldout.jsonl").read_text().splitlines()) == 82
 
 

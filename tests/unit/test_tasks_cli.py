@@ -92,8 +92,8 @@ def test_stage_writes_two_checksummed_artifacts(staged_out: Any, capsys: pytest.
     capsys.readouterr()
     for split in ("train", "heldout"):
         manifest = verify_artifact(out / split)
-        assert manifest["task"] == name and manifest["split"] == split and manifest["source"] == source
-        assert manifest["files"] and len(manifest["digest"]) == 64
+        assert manifest.task == name and manifest.split == split and manifest.source == source
+        assert manifest.files and len(manifest.digest or "") == 64
     code, stdout, _ = run(capsys, "data", "verify", str(out))
     assert code == 0 and stdout.count("ok ") == 2
 
@@ -152,7 +152,7 @@ def test_stage_to_store_and_fetch_back(tmp_path: Path, capsys: pytest.CaptureFix
     assert keys["heldout"]["key"].endswith("data/webshop/1-seed0/heldout")
     prefix = store_prefix(get_task("webshop"), 0)
     manifest = fetch_artifact(open_store(uri), f"{prefix}/heldout", tmp_path / "fetched")
-    assert manifest["digest"] == keys["heldout"]["digest"]
+    assert manifest.digest == keys["heldout"]["digest"]
     assert (tmp_path / "fetched" / "env.json").is_file() and (tmp_path / "fetched" / MANIFEST).is_file()
 
 
