@@ -9,6 +9,7 @@
     baseline.py    baselines/<task>/<digest>/<version>.json    BaselineEntry
     tree.py        the tree manifests inside them              TreeRecord (a2rl.store.cas.TreeManifest)
     benchrun.py    benchrun.json (a deleted BenchRun, cluster) FinalRunRecord
+    report.py      report/report.json                          ReportRecord (built by a2rl_grader.report)
     library.py     models/<name>/manifest.json                 ModelLibraryManifest
     artifact.py    data/<task>/<version>-seed<s>/<split>/manifest.json  ArtifactManifest
 

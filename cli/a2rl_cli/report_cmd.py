@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from a2rl.errors import A2rlError
 
 if TYPE_CHECKING:
+    from a2rl.records.report import ReportRecord
     from a2rl.store.base import ObjectStore
     from a2rl.store.layout import RunLayout
 
@@ -44,7 +44,9 @@ def _report(args: argparse.Namespace) -> int:
     ended_at = info.ended_at.isoformat() if info.ended_at else None
     report = _current_report(store, layout, ended_at, args.regenerate)
     if args.json:
-        sys.stdout.write(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        from a2rl_grader.report.metrics import report_json_bytes
+
+        sys.stdout.write(report_json_bytes(report).decode())  # report.json as stored
     else:
         from a2rl_grader.report.render import render_markdown
 
@@ -54,13 +56,13 @@ def _report(args: argparse.Namespace) -> int:
 
 def _current_report(
     store: ObjectStore, layout: RunLayout, ended_at: str | None, regenerate: bool
-) -> dict[str, Any]:
+) -> ReportRecord:
     """The stored report when it describes the finished run as it is now; else a freshly written one."""
     from a2rl_grader.report.write import read_report, write_report
 
     if not regenerate and ended_at is not None:
         stored = read_report(store, layout)
         # A report written while the run was still going (ended_at differs) is stale.
-        if stored is not None and stored.get("run", {}).get("ended_at") == ended_at:
+        if stored is not None and stored.run.ended_at == ended_at:
             return stored
     return write_report(store, layout)

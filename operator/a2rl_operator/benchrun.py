@@ -58,6 +58,7 @@ from a2rl.constants import (
     LABEL_RUN_UID,
     MANAGED_BY,
 )
+from a2rl.records.report import ReportRecord
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import run_trace_annotation_patch
 from a2rl_operator import status as st
@@ -383,7 +384,7 @@ def advance(kube: Kube, config: OperatorConfig, namespace: str, name: str, *, lo
     job_name = report_job_name(name)
     job = _owned(kube.get_job(namespace, job_name), meta["uid"])
     step = gr.end_step(conds, subs, job, gr.now_utc(), config.grading.drain_timeout_s)
-    report: dict[str, Any] | None = None
+    report: ReportRecord | None = None
     if step.kind is gr.StepKind.START_REPORT:
         prepare_report(kube, run, store, subs, config=config, logger=logger)
         try:

@@ -35,6 +35,7 @@ from a2rl.errors import A2rlError
 from a2rl.launch import run_a2rl
 from a2rl.models.resolve import resolve_base_model
 from a2rl.records.base import load_record, read_record, write_record
+from a2rl.records.report import ReportRecord
 from a2rl.records.result import ResultRecord
 from a2rl.records.run import run_record
 from a2rl.scores import Scored, ScoreSummary
@@ -76,7 +77,7 @@ class RunOutcome:
     duration_s: float
     interrupted: bool
     scores: ScoreSummary
-    report: dict[str, Any] | None
+    report: ReportRecord | None
     report_uri: str | None
 
     @property
@@ -450,7 +451,7 @@ def _upload_logs(prep: _Prepared) -> None:
             prep.store.put_file(prep.layout.log(component), path)
 
 
-def _report(prep: _Prepared, say: Callable[[str], None]) -> tuple[dict[str, Any] | None, str | None]:
+def _report(prep: _Prepared, say: Callable[[str], None]) -> tuple[ReportRecord | None, str | None]:
     say("[a2rl] writing the report")
     try:
         report = write_report(prep.store, prep.layout)

@@ -49,6 +49,7 @@ from a2rl.constants import (
     LABEL_SUBMISSION_INDEX,
 )
 from a2rl.errors import A2rlError
+from a2rl.records.report import ReportRecord
 from a2rl.records.result import ResultRecord
 from a2rl.store.layout import RunLayout
 from a2rl.store.open import open_store
@@ -483,8 +484,8 @@ def test_cluster_run_json_and_report_summary() -> None:
     assert doc["mode"] == "cluster" and doc["end_reason"] == "deadline_exceeded"
     assert doc["started_at"] == "2026-01-01T12:00:00Z" and doc["ended_at"] == "2026-01-01T12:00:00Z"
     assert doc["base_model"]["digest"] == "b" * 64 and doc["uid"] == UID and doc["task"] == "arith"
-    report = {"schema_version": "1", "baseline_score": 10.0, "best_score": 30.1, "best_submission": 1,
-              "improvement": 20.1, "valid_submissions": 2, "total_submissions": 3, "route": None}  # fmt: skip
+    report = ReportRecord(schema_version="1", baseline_score=10.0, best_score=30.1, best_submission=1,
+                          improvement=20.1, valid_submissions=2, total_submissions=3, route=None)  # fmt: skip
     ref = gr.report_ref(report, "s3://r/report.json").to_wire()
     assert ref["uri"] == "s3://r/report.json" and ref["bestScore"] == 30.1 and ref["validSubmissions"] == 2
     assert (

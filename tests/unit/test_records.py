@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 from a2rl_grader.baseline import baseline_submission_manifest
+from a2rl_grader.report.metrics import report_json_bytes
 
 from a2rl.api.benchrun import BenchRun
 from a2rl.records.base import Record, RecordError, load_record, read_record, write_record
 from a2rl.records.baseline import BaselineEntry
 from a2rl.records.benchrun import FinalRunRecord
 from a2rl.records.dispatch import DispatchRecord, dispatch_key
+from a2rl.records.report import ReportRecord
 from a2rl.records.result import ResultRecord
 from a2rl.records.revision import CodeRevision
 from a2rl.records.run import RunRecord, iso, run_record
@@ -270,3 +272,93 @@ def test_read_record_treats_unreadable_documents_as_absent(store: ObjectStore) -
 def test_store_json_is_unchanged(store: ObjectStore) -> None:
     write_record(store, "d/r.json", ResultRecord.from_json(RESULT))
     assert store.get_bytes("d/r.json") == json.dumps(RESULT, indent=2, sort_keys=True).encode() + b"\n"
+
+
+# --- report/report.json: a document as build_report wrote it before ReportRecord ----------------
+REPORT_V1: dict[str, Any] = {
+    "schema_version": "1",
+    "run": {
+        "prefix": "local/demo-0123456789ab", "namespace": "local", "name": "demo", "uid": "0123456789ab",
+        "task": "arith", "mode": "local",
+        "base_model": {"digest": D1, "name": "tiny", "source": "builtin:tiny"},
+        "agent": {"command": ["python", "agent.py"], "image": None},
+        "driver": None,
+        "budget": {"max_submissions": None, "wall_time_seconds": 1800.0},
+        "evaluator_version": "arith-1", "started_at": "2026-03-01T12:00:00+00:00",
+        "deadline": "2026-03-01T12:30:00Z", "ended_at": "2026-03-01T12:30:00+00:00",
+        "end_reason": "completed", "agent_exit_code": 0,
+    },
+    "baseline_score": 5.0, "best_score": 42.5, "best_submission": 3, "improvement": 37.5,
+    "total_submissions": 2, "valid_submissions": 1, "route": None,
+    "baseline": {
+        "score": 5.0, "error": None, "model_path": "models/tiny", "model_digest": D1,
+        "evaluator_version": "arith-1", "backend": "transformers", "n": 200, "correct": 10,
+    },
+    "metrics": {
+        "baseline_score": 5.0, "best_score": 42.5, "best_submission": 3, "code_revisions": 2,
+        "copy_of_base_count": 1, "distinct_models": 2, "duration_s": 1800.0, "eval_seconds_total": 20.0,
+        "first_improvement_index": 3, "first_submit_delay_s": 120.0, "first_valid_delay_s": 150.0,
+        "first_valid_index": 3, "improvement": 37.5, "invalid_reasons": {"model could not be loaded": 1},
+        "invalid_submissions": 1, "last_submit_gap_s": 300.0, "last_valid_score": 42.5,
+        "monotonic_ratio": None, "revisions_before_first_submission": 1, "score_trajectory": [None, 42.5],
+        "time_to_best_s": 200.0, "time_to_first_improvement_s": 200.0, "time_used_ratio": 1.0,
+        "total_submissions": 2, "valid_submission_rate": 0.5, "valid_submissions": 1,
+    },
+    "submissions": [
+        {
+            "index": 1, "submitted_at": "2026-03-01T12:02:00+00:00", "elapsed_s": 120.0, "score": None,
+            "valid": False, "error": "model could not be loaded", "best_so_far": None,
+            "model_path": "output/v1", "model_digest": D2, "model_files": 2, "model_bytes": 9,
+            "copy_of_base": False, "code_revision": None, "code_digest": None, "n": 200, "correct": 0,
+            "eval_duration_s": 5.0, "backend": "transformers",
+        },
+        {
+            "index": 3, "submitted_at": "2026-03-01T12:03:20+00:00", "elapsed_s": 200.0, "score": 42.5,
+            "valid": True, "error": None, "best_so_far": 42.5, "model_path": "models/tiny",
+            "model_digest": D1, "model_files": 2, "model_bytes": 9, "copy_of_base": True,
+            "code_revision": 2, "code_digest": D3, "n": 200, "correct": 85, "eval_duration_s": 15.0,
+            "backend": "transformers",
+        },
+    ],
+    "revisions": [
+        {
+            "index": 2, "created_at": "2026-03-01T12:03:20+00:00", "elapsed_s": 200.0, "reason": "submit",
+            "digest": D3, "files": 2, "bytes": 15, "added": 1, "changed": 1, "removed": 0,
+            "paths": ["+sft.py", "~train.py"], "files_uploaded": 2, "bytes_uploaded": 100,
+        },
+    ],
+    "timeline": {
+        "trace_id": "t1", "started_at": "2026-03-01T12:00:00Z", "duration_s": 5.0, "spans": 3,
+        "steps": [
+            {"name": "eval", "service": "grader", "start_offset_s": 1.0, "duration_s": 2.0, "status": "ok",
+             "submission": 3, "child_spans": 1},
+        ],
+    },
+}  # fmt: skip
+
+
+def canonical_report_bytes(doc: dict[str, Any]) -> bytes:
+    """report.json's bytes as report_json_bytes wrote them from the dict, before ReportRecord."""
+    return (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()
+
+
+def test_report_record_round_trips_the_old_report_json(store: ObjectStore) -> None:
+    old = canonical_report_bytes(REPORT_V1)
+    record = ReportRecord.from_json(json.loads(old))
+    assert report_json_bytes(record) == old  # null values and 1800.0-style floats kept
+    assert record.run.base_model is not None and record.run.base_model.digest == D1
+    assert record.metrics.monotonic_ratio is None and record.submissions[1].code_digest == D3
+    assert record.timeline is not None and record.timeline.steps[0].submission == 3
+    key = f"{LAYOUT.report_dir}/report.json"
+    store.put_bytes(key, old)
+    loaded = load_record(store, key, ReportRecord)
+    assert loaded == record and report_json_bytes(loaded) == old
+
+
+def test_report_record_keeps_an_older_reports_keys_and_number_forms() -> None:
+    doc = {k: v for k, v in REPORT_V1.items() if k != "timeline"}  # before the timeline existed
+    doc = {**doc, "run": {**doc["run"], "budget": {"wall_time_seconds": 1800}}, "future_key": {"x": 1}}
+    record = ReportRecord.from_json(doc)
+    assert record.timeline is None and record.run.budget.wall_time_seconds == 1800
+    assert report_json_bytes(record) == canonical_report_bytes(doc)  # 1800 stays an int, nothing added
+    assert ReportRecord.from_json(record.to_json()) == record

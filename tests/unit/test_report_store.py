@@ -31,20 +31,20 @@ def test_load_history_reads_every_document(tmp_path: Path) -> None:
 def test_metrics_of_a_stored_run(tmp_path: Path) -> None:
     w = sample_run(tmp_path)
     report = build_report(load_history(w.store, w.layout))
-    m = report["metrics"]
-    assert (report["baseline_score"], report["best_score"], report["best_submission"]) == (5.0, 42.5, 3)
-    assert report["improvement"] == 37.5
-    assert (m["total_submissions"], m["valid_submissions"], m["invalid_submissions"]) == (5, 3, 2)
-    assert m["valid_submission_rate"] == 0.6
-    assert m["copy_of_base_count"] == 1
-    assert m["first_valid_index"] == 2 and m["first_improvement_index"] == 3
-    assert m["time_to_first_improvement_s"] == 200.0 and m["time_to_best_s"] == 200.0
-    assert m["monotonic_ratio"] == 0.5
-    assert m["last_submit_gap_s"] == 300.0
-    assert m["time_used_ratio"] == 1.0
-    assert m["code_revisions"] == 2 and m["revisions_before_first_submission"] == 1
-    assert m["distinct_models"] == 3
-    assert report["revisions"][1]["paths"] == ["+sft.py", "~train.py"]
+    m = report.metrics
+    assert (report.baseline_score, report.best_score, report.best_submission) == (5.0, 42.5, 3)
+    assert report.improvement == 37.5
+    assert (m.total_submissions, m.valid_submissions, m.invalid_submissions) == (5, 3, 2)
+    assert m.valid_submission_rate == 0.6
+    assert m.copy_of_base_count == 1
+    assert m.first_valid_index == 2 and m.first_improvement_index == 3
+    assert m.time_to_first_improvement_s == 200.0 and m.time_to_best_s == 200.0
+    assert m.monotonic_ratio == 0.5
+    assert m.last_submit_gap_s == 300.0
+    assert m.time_used_ratio == 1.0
+    assert m.code_revisions == 2 and m.revisions_before_first_submission == 1
+    assert m.distinct_models == 3
+    assert report.revisions[1].paths == ["+sft.py", "~train.py"]
 
 
 def test_write_report_stores_four_files(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ def test_png_for_a_run_without_submissions(tmp_path: Path) -> None:
     w = RunWriter(store, tmp_path)
     w.run_json(ended=60.0)
     report = write_report(store, w.layout)
-    assert report["submissions"] == [] and report["baseline_score"] is None
+    assert report.submissions == [] and report.baseline_score is None
     png = store.get_bytes(f"{w.layout.report_dir}/trajectory.png")
     assert png.startswith(PNG_MAGIC) and len(png) > 1000
     assert "No submissions." in store.get_bytes(f"{w.layout.report_dir}/report.md").decode()

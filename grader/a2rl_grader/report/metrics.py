@@ -1,8 +1,9 @@
 """Process metrics and the report document, as pure functions of a `RunHistory`.
 
-Definitions are in docs/report.md. Times are seconds since the run's start (`run.json`
-`started_at`, the agent's clock start); the same history always gives a byte-identical
-`report.json` (no wall-clock reads, sorted keys, rounded floats).
+Definitions are in docs/report.md; the document is an `a2rl.records.report.ReportRecord`. Times
+are seconds since the run's start (`run.json` `started_at`, the agent's clock start); the same
+history always gives a byte-identical `report.json` (no wall-clock reads, sorted keys, rounded
+floats).
 """
 
 from __future__ import annotations
@@ -14,12 +15,20 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from a2rl.records.base import Record
+from a2rl.records.report import (
+    REPORT_SCHEMA_VERSION,
+    ReportBaseline,
+    ReportBudget,
+    ReportMetrics,
+    ReportRecord,
+    ReportRevision,
+    ReportRun,
+    ReportSubmission,
+    ReportTimeline,
+)
 from a2rl.scores import SCORE_DIGITS, Scored, summarize
 from a2rl.tracing.spans import timeline
 from a2rl_grader.report.history import Revision, RunHistory, Submission
-
-REPORT_SCHEMA_VERSION = "1"
 
 SECONDS_DIGITS = 3
 RATIO_DIGITS = 4
@@ -124,7 +133,7 @@ def _short_error(error: str) -> str:
     return line if len(line) <= MAX_ERROR_CHARS else line[: MAX_ERROR_CHARS - 1] + "…"
 
 
-def compute_metrics(history: RunHistory) -> dict[str, Any]:
+def compute_metrics(history: RunHistory) -> ReportMetrics:
     subs = history.submissions
     t0 = origin(history)
     base = baseline_score(history)
@@ -142,39 +151,39 @@ def compute_metrics(history: RunHistory) -> dict[str, Any]:
     end_or_last = ended or last_activity(history)
     used = seconds_since(t0, end_or_last)
     eval_durations = [s.result.duration_s for s in subs if s.result and s.result.duration_s is not None]
-    return {
-        "baseline_score": _round(base, SCORE_DIGITS),
-        "best_score": _round(best.score if best else None, SCORE_DIGITS),
-        "best_submission": best.index if best else None,
-        "improvement": _round(best.score - base, SCORE_DIGITS)
+    return ReportMetrics(
+        baseline_score=_round(base, SCORE_DIGITS),
+        best_score=_round(best.score if best else None, SCORE_DIGITS),
+        best_submission=best.index if best else None,
+        improvement=_round(best.score - base, SCORE_DIGITS)
         if best is not None and best.score is not None and base is not None
         else None,
-        "last_valid_score": _round(valid[-1].score if valid else None, SCORE_DIGITS),
-        "total_submissions": len(subs),
-        "valid_submissions": len(valid),
-        "invalid_submissions": len(subs) - len(valid),
-        "valid_submission_rate": round(len(valid) / len(subs), RATIO_DIGITS) if subs else None,
-        "invalid_reasons": invalid_reasons(subs),
-        "first_valid_index": first.index if first else None,
-        "first_valid_delay_s": seconds_since(t0, first.submitted_at) if first else None,
-        "first_improvement_index": improved.index if improved else None,
-        "time_to_first_improvement_s": seconds_since(t0, improved.submitted_at) if improved else None,
-        "time_to_best_s": seconds_since(t0, best.submitted_at) if best else None,
-        "monotonic_ratio": monotonic_ratio(scores),
-        "score_trajectory": [_round(s.score, SCORE_DIGITS) for s in subs],
-        "copy_of_base_count": sum(1 for s in subs if is_copy_of_base(s, base_digest)),
-        "distinct_models": len({s.model_digest for s in subs if s.model_digest}),
-        "duration_s": seconds_since(t0, ended),
-        "time_used_ratio": round(used / wall, RATIO_DIGITS) if used is not None and wall else None,
-        "first_submit_delay_s": seconds_since(t0, first_submit),
-        "last_submit_gap_s": seconds_since(last_submit, ended),
-        "eval_seconds_total": round(sum(eval_durations), SECONDS_DIGITS) if eval_durations else None,
-        "code_revisions": len(history.revisions),
-        "revisions_before_first_submission": revisions_before(history.revisions, first_submit),
-    }
+        last_valid_score=_round(valid[-1].score if valid else None, SCORE_DIGITS),
+        total_submissions=len(subs),
+        valid_submissions=len(valid),
+        invalid_submissions=len(subs) - len(valid),
+        valid_submission_rate=round(len(valid) / len(subs), RATIO_DIGITS) if subs else None,
+        invalid_reasons=invalid_reasons(subs),
+        first_valid_index=first.index if first else None,
+        first_valid_delay_s=seconds_since(t0, first.submitted_at) if first else None,
+        first_improvement_index=improved.index if improved else None,
+        time_to_first_improvement_s=seconds_since(t0, improved.submitted_at) if improved else None,
+        time_to_best_s=seconds_since(t0, best.submitted_at) if best else None,
+        monotonic_ratio=monotonic_ratio(scores),
+        score_trajectory=[_round(s.score, SCORE_DIGITS) for s in subs],
+        copy_of_base_count=sum(1 for s in subs if is_copy_of_base(s, base_digest)),
+        distinct_models=len({s.model_digest for s in subs if s.model_digest}),
+        duration_s=seconds_since(t0, ended),
+        time_used_ratio=round(used / wall, RATIO_DIGITS) if used is not None and wall else None,
+        first_submit_delay_s=seconds_since(t0, first_submit),
+        last_submit_gap_s=seconds_since(last_submit, ended),
+        eval_seconds_total=round(sum(eval_durations), SECONDS_DIGITS) if eval_durations else None,
+        code_revisions=len(history.revisions),
+        revisions_before_first_submission=revisions_before(history.revisions, first_submit),
+    )
 
 
-def submission_rows(history: RunHistory) -> list[dict[str, Any]]:
+def submission_rows(history: RunHistory) -> list[ReportSubmission]:
     t0 = origin(history)
     base_digest = history.base_model_digest
     rows = []
@@ -184,48 +193,48 @@ def submission_rows(history: RunHistory) -> list[dict[str, Any]]:
             best_so_far = sub.score
         result = sub.result
         rows.append(
-            {
-                "index": sub.index,
-                "submitted_at": iso(sub.submitted_at),
-                "elapsed_s": seconds_since(t0, sub.submitted_at),
-                "score": _round(sub.score, SCORE_DIGITS),
-                "valid": sub.valid,
-                "error": sub.error,
-                "best_so_far": _round(best_so_far, SCORE_DIGITS),
-                "model_path": sub.model_path,
-                "model_digest": sub.model_digest,
-                "model_files": sub.model_files,
-                "model_bytes": sub.model_bytes,
-                "copy_of_base": is_copy_of_base(sub, base_digest),
-                "code_revision": sub.code_revision,
-                "code_digest": sub.code_digest,
-                "n": result.n if result else None,
-                "correct": result.correct if result else None,
-                "eval_duration_s": _round(result.duration_s, SECONDS_DIGITS) if result else None,
-                "backend": result.backend if result else None,
-            }
+            ReportSubmission(
+                index=sub.index,
+                submitted_at=iso(sub.submitted_at),
+                elapsed_s=seconds_since(t0, sub.submitted_at),
+                score=_round(sub.score, SCORE_DIGITS),
+                valid=sub.valid,
+                error=sub.error,
+                best_so_far=_round(best_so_far, SCORE_DIGITS),
+                model_path=sub.model_path,
+                model_digest=sub.model_digest,
+                model_files=sub.model_files,
+                model_bytes=sub.model_bytes,
+                copy_of_base=is_copy_of_base(sub, base_digest),
+                code_revision=sub.code_revision,
+                code_digest=sub.code_digest,
+                n=result.n if result else None,
+                correct=result.correct if result else None,
+                eval_duration_s=_round(result.duration_s, SECONDS_DIGITS) if result else None,
+                backend=result.backend if result else None,
+            )
         )
     return rows
 
 
-def baseline_row(history: RunHistory) -> dict[str, Any] | None:
+def baseline_row(history: RunHistory) -> ReportBaseline | None:
     sub = history.baseline
     if sub is None:
         return None
     result = sub.result
-    return {
-        "score": _round(sub.score, SCORE_DIGITS),
-        "error": sub.error,
-        "model_path": sub.model_path,
-        "model_digest": sub.model_digest,
-        "evaluator_version": result.evaluator_version if result else None,
-        "backend": result.backend if result else None,
-        "n": result.n if result else None,
-        "correct": result.correct if result else None,
-    }
+    return ReportBaseline(
+        score=_round(sub.score, SCORE_DIGITS),
+        error=sub.error,
+        model_path=sub.model_path,
+        model_digest=sub.model_digest,
+        evaluator_version=result.evaluator_version if result else None,
+        backend=result.backend if result else None,
+        n=result.n if result else None,
+        correct=result.correct if result else None,
+    )
 
 
-def revision_rows(history: RunHistory) -> list[dict[str, Any]]:
+def revision_rows(history: RunHistory) -> list[ReportRevision]:
     """The code-revision timeline: each revision compared with the one before (revision 1 with nothing)."""
     t0 = origin(history)
     rows = []
@@ -236,79 +245,78 @@ def revision_rows(history: RunHistory) -> list[dict[str, Any]]:
         changed = sorted(p for p in set(rev.files) & set(previous) if rev.files[p] != previous[p])
         paths = [f"+{p}" for p in added] + [f"~{p}" for p in changed] + [f"-{p}" for p in removed]
         rows.append(
-            {
-                "index": rev.index,
-                "created_at": iso(rev.created_at),
-                "elapsed_s": seconds_since(t0, rev.created_at),
-                "reason": rev.reason,
-                "digest": rev.digest,
-                "files": len(rev.files),
-                "bytes": rev.total_bytes,
-                "added": len(added),
-                "changed": len(changed),
-                "removed": len(removed),
-                "paths": paths[:MAX_PATHS_PER_REVISION],
-                "files_uploaded": rev.files_uploaded,
-                "bytes_uploaded": rev.bytes_uploaded,
-            }
+            ReportRevision(
+                index=rev.index,
+                created_at=iso(rev.created_at),
+                elapsed_s=seconds_since(t0, rev.created_at),
+                reason=rev.reason,
+                digest=rev.digest,
+                files=len(rev.files),
+                bytes=rev.total_bytes,
+                added=len(added),
+                changed=len(changed),
+                removed=len(removed),
+                paths=paths[:MAX_PATHS_PER_REVISION],
+                files_uploaded=rev.files_uploaded,
+                bytes_uploaded=rev.bytes_uploaded,
+            )
         )
         previous = rev.files
     return rows
 
 
-def _json(record: Record | None) -> dict[str, Any] | None:
-    return None if record is None else record.to_json()
-
-
-def run_section(history: RunHistory) -> dict[str, Any]:
+def run_section(history: RunHistory) -> ReportRun:
     record = history.run.record
     layout = history.run.layout
     wall, cap = _budget(history)
 
-    return {
-        "prefix": layout.prefix,
-        "namespace": layout.namespace,
-        "name": layout.name,
-        "uid": layout.uid,
-        "task": history.run.task,
-        "mode": record.mode,
-        "base_model": _json(record.base_model),
-        "agent": _json(record.agent),
-        "driver": record.driver,
-        "budget": {"wall_time_seconds": wall, "max_submissions": cap},
-        "evaluator_version": record.evaluator_version,
-        "started_at": iso(history.run.started_at),
-        "deadline": record.deadline,
-        "ended_at": iso(history.run.ended_at),
-        "end_reason": history.run.end_reason,
-        "agent_exit_code": record.agent_exit_code,
-    }
+    return ReportRun(
+        prefix=layout.prefix,
+        namespace=layout.namespace,
+        name=layout.name,
+        uid=layout.uid,
+        task=history.run.task,
+        mode=record.mode,
+        base_model=record.base_model,
+        agent=record.agent,
+        driver=record.driver,
+        budget=ReportBudget(wall_time_seconds=wall, max_submissions=cap),
+        evaluator_version=record.evaluator_version,
+        started_at=iso(history.run.started_at),
+        deadline=record.deadline,
+        ended_at=iso(history.run.ended_at),
+        end_reason=history.run.end_reason,
+        agent_exit_code=record.agent_exit_code,
+    )
 
 
-def build_report(history: RunHistory, spans: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+def build_report(history: RunHistory, spans: Sequence[Mapping[str, Any]] = ()) -> ReportRecord:
     """The report document (report.json). Headline numbers are repeated at the top level.
 
     `spans`: the run's trace (`traces.jsonl` records); its top-level steps become `timeline`.
+    Every field is set (null ones included), so report.json has every key.
     """
     metrics = compute_metrics(history)
-    return {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "run": run_section(history),
-        "baseline_score": metrics["baseline_score"],
-        "best_score": metrics["best_score"],
-        "best_submission": metrics["best_submission"],
-        "improvement": metrics["improvement"],
-        "total_submissions": metrics["total_submissions"],
-        "valid_submissions": metrics["valid_submissions"],
-        "route": None,  # route classification (SFT / RL / SFT→RL / copy-of-base) comes later
-        "baseline": baseline_row(history),
-        "metrics": metrics,
-        "submissions": submission_rows(history),
-        "revisions": revision_rows(history),
-        "timeline": timeline(spans),
-    }
+    return ReportRecord(
+        schema_version=REPORT_SCHEMA_VERSION,
+        run=run_section(history),
+        baseline_score=metrics.baseline_score,
+        best_score=metrics.best_score,
+        best_submission=metrics.best_submission,
+        improvement=metrics.improvement,
+        total_submissions=metrics.total_submissions,
+        valid_submissions=metrics.valid_submissions,
+        route=None,  # route classification (SFT / RL / SFT→RL / copy-of-base) comes later
+        baseline=baseline_row(history),
+        metrics=metrics,
+        submissions=submission_rows(history),
+        revisions=revision_rows(history),
+        timeline=ReportTimeline.model_validate(timeline(spans)),
+    )
 
 
-def report_json_bytes(report: dict[str, Any]) -> bytes:
-    """Canonical serialisation: sorted keys, 2-space indent, UTF-8, trailing newline."""
-    return (json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()
+def report_json_bytes(report: ReportRecord) -> bytes:
+    """Canonical serialisation of `report.to_json()` (the fields that were set, null ones included):
+    sorted keys, 2-space indent, UTF-8, trailing newline; a NaN or infinity raises ValueError."""
+    data = report.to_json()
+    return (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()

@@ -6,6 +6,7 @@ import html
 from pathlib import Path
 from typing import Any
 
+from a2rl.records.report import ReportRecord, ReportTimeline
 from a2rl_grader.report.history import RunHistory
 from a2rl_grader.report.metrics import baseline_score, best_submission, origin, seconds_since
 
@@ -70,89 +71,91 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def summary_rows(report: dict[str, Any]) -> list[list[str]]:
-    run = report["run"]
-    base = run.get("base_model") if isinstance(run.get("base_model"), dict) else {}
-    agent = run.get("agent") if isinstance(run.get("agent"), dict) else {}
-    command = agent.get("command")
+def summary_rows(report: ReportRecord) -> list[list[str]]:
+    run = report.run
+    base = run.base_model
+    agent = run.agent
+    # An agent without a recorded command shows its image (an empty command shows as empty).
+    command = agent.command if agent is not None and "command" in agent.model_fields_set else None
+    image = agent.image if agent is not None else None
     return [
-        ["Run", str(run["prefix"])],
-        ["Task", fmt(run.get("task"))],
-        ["Base model", f"{fmt(base.get('name'))} ({short(base.get('digest'))})"],
-        ["Agent", " ".join(map(str, command)) if isinstance(command, list) else fmt(agent.get("image"))],
-        ["Mode", fmt(run.get("mode"))],
-        ["Started", fmt(run.get("started_at"))],
-        ["Ended", f"{fmt(run.get('ended_at'))} ({fmt(run.get('end_reason'))})"],
-        ["Agent exit code", fmt(run.get("agent_exit_code"))],
-        ["Budget", fmt(run["budget"].get("wall_time_seconds"), "s")],
-        ["Baseline score", fmt(report["baseline_score"])],
-        ["Best score", f"{fmt(report['best_score'])} (submission {fmt(report['best_submission'])})"],
-        ["Improvement", fmt(report["improvement"])],
-        ["Valid submissions", f"{report['valid_submissions']} of {report['total_submissions']}"],
-        ["Route", fmt(report.get("route"))],
+        ["Run", str(run.prefix)],
+        ["Task", fmt(run.task)],
+        ["Base model", f"{fmt(base.name if base else None)} ({short(base.digest if base else None)})"],
+        ["Agent", " ".join(map(str, command)) if command is not None else fmt(image)],
+        ["Mode", fmt(run.mode)],
+        ["Started", fmt(run.started_at)],
+        ["Ended", f"{fmt(run.ended_at)} ({fmt(run.end_reason)})"],
+        ["Agent exit code", fmt(run.agent_exit_code)],
+        ["Budget", fmt(run.budget.wall_time_seconds, "s")],
+        ["Baseline score", fmt(report.baseline_score)],
+        ["Best score", f"{fmt(report.best_score)} (submission {fmt(report.best_submission)})"],
+        ["Improvement", fmt(report.improvement)],
+        ["Valid submissions", f"{report.valid_submissions} of {report.total_submissions}"],
+        ["Route", fmt(report.route)],
     ]
 
 
-def submission_table_rows(report: dict[str, Any]) -> list[list[str]]:
+def submission_table_rows(report: ReportRecord) -> list[list[str]]:
     return [
         [
-            str(row["index"]),
-            fmt_minutes(row["elapsed_s"]),
-            fmt(row["score"]),
-            fmt(row["valid"]) if row["valid"] else f"no: {row['error']}",
-            fmt(row["best_so_far"]),
-            short(row["model_digest"]) + (" (base)" if row["copy_of_base"] else ""),
-            fmt(row["code_revision"]),
+            str(row.index),
+            fmt_minutes(row.elapsed_s),
+            fmt(row.score),
+            fmt(row.valid) if row.valid else f"no: {row.error}",
+            fmt(row.best_so_far),
+            short(row.model_digest) + (" (base)" if row.copy_of_base else ""),
+            fmt(row.code_revision),
         ]
-        for row in report["submissions"]
+        for row in report.submissions
     ]
 
 
-def revision_table_rows(report: dict[str, Any]) -> list[list[str]]:
+def revision_table_rows(report: ReportRecord) -> list[list[str]]:
     rows = []
-    for rev in report["revisions"]:
-        paths = rev["paths"][:5]
-        more = rev["added"] + rev["changed"] + rev["removed"] - len(paths)
+    for rev in report.revisions:
+        paths = rev.paths[:5]
+        more = (rev.added or 0) + (rev.changed or 0) + (rev.removed or 0) - len(paths)
         rows.append(
             [
-                str(rev["index"]),
-                fmt_minutes(rev["elapsed_s"]),
-                fmt(rev["reason"]),
-                str(rev["files"]),
-                f"+{rev['added']} ~{rev['changed']} -{rev['removed']}",
-                str(rev["bytes"]),
+                str(rev.index),
+                fmt_minutes(rev.elapsed_s),
+                fmt(rev.reason),
+                str(rev.files),
+                f"+{rev.added} ~{rev.changed} -{rev.removed}",
+                str(rev.bytes),
                 ", ".join(paths) + (f", … {more} more" if more > 0 else ""),
             ]
         )
     return rows
 
 
-def metric_table_rows(report: dict[str, Any]) -> list[list[str]]:
-    metrics = report["metrics"]
-    return [[label, fmt(metrics.get(key), unit)] for key, label, unit in METRIC_ROWS]
+def metric_table_rows(report: ReportRecord) -> list[list[str]]:
+    metrics = report.metrics
+    return [[label, fmt(getattr(metrics, key, None), unit)] for key, label, unit in METRIC_ROWS]
 
 
-def timeline_rows(report: dict[str, Any]) -> list[list[str]]:
-    """Top-level steps of the run's trace (report["timeline"]; absent in older reports)."""
-    steps = (report.get("timeline") or {}).get("steps") or []
+def timeline_rows(report: ReportRecord) -> list[list[str]]:
+    """Top-level steps of the run's trace (`report.timeline`; absent in older reports)."""
+    steps = report.timeline.steps if report.timeline is not None else []
     return [
         [
-            str(step.get("name")) + (f" #{step['submission']}" if step.get("submission") is not None else ""),
-            fmt(step.get("service")),
-            fmt(step.get("start_offset_s")),
-            fmt(step.get("duration_s")),
-            fmt(step.get("status")),
-            fmt(step.get("child_spans")),
+            str(step.name) + (f" #{step.submission}" if step.submission is not None else ""),
+            fmt(step.service),
+            fmt(step.start_offset_s),
+            fmt(step.duration_s),
+            fmt(step.status),
+            fmt(step.child_spans),
         ]
         for step in steps
     ]
 
 
-def timeline_note(report: dict[str, Any]) -> str:
-    tl = report.get("timeline") or {}
+def timeline_note(report: ReportRecord) -> str:
+    tl = report.timeline if report.timeline is not None else ReportTimeline()
     return (
-        f"Trace {tl.get('trace_id')} ({tl.get('spans')} spans, traces.jsonl): top-level steps, "
-        f"seconds from {tl.get('started_at')}."
+        f"Trace {tl.trace_id} ({tl.spans} spans, traces.jsonl): top-level steps, "
+        f"seconds from {tl.started_at}."
     )
 
 
@@ -161,18 +164,18 @@ TIMELINE_HEADER = ["step", "service", "start s", "duration s", "status", "spans 
 REVISION_HEADER = ["rev", "min", "reason", "files", "vs previous", "bytes", "paths"]
 
 
-def render_markdown(report: dict[str, Any]) -> str:
-    run = report["run"]
-    lines = [f"# Run report: {run['name']} ({run['prefix']})", ""]
+def render_markdown(report: ReportRecord) -> str:
+    run = report.run
+    lines = [f"# Run report: {run.name} ({run.prefix})", ""]
     lines += ["## Summary", "", *_table(["", ""], summary_rows(report)), ""]
     lines += ["## Submissions", ""]
-    if report["submissions"]:
+    if report.submissions:
         lines += ["Minutes are counted from the start of the agent's clock.", ""]
         lines += _table(SUBMISSION_HEADER, submission_table_rows(report))
     else:
         lines.append("No submissions.")
     lines += ["", "## Code revisions", ""]
-    if report["revisions"]:
+    if report.revisions:
         lines += _table(REVISION_HEADER, revision_table_rows(report))
     else:
         lines.append("No code revisions recorded.")
@@ -182,7 +185,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += [timeline_note(report), "", *_table(TIMELINE_HEADER, timeline_rows(report)), ""]
     else:
         lines += ["No trace recorded.", ""]
-    reasons = report["metrics"].get("invalid_reasons") or {}
+    reasons = report.metrics.invalid_reasons
     if reasons:
         lines += ["## Invalid submissions by error", ""]
         lines += _table(["error", "count"], [[k, str(v)] for k, v in reasons.items()])
@@ -205,10 +208,10 @@ _CSS = (
 )
 
 
-def render_html(report: dict[str, Any], png_name: str = "trajectory.png") -> str:
+def render_html(report: ReportRecord, png_name: str = "trajectory.png") -> str:
     """A self-contained page (inline CSS, no scripts); the plot is linked by `png_name`."""
-    run = report["run"]
-    title = html.escape(f"Run report: {run['name']} ({run['prefix']})")
+    run = report.run
+    title = html.escape(f"Run report: {run.name} ({run.prefix})")
     parts = [
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>",
         f"<style>{_CSS}</style></head><body><h1>{title}</h1>",
@@ -217,11 +220,11 @@ def render_html(report: dict[str, Any], png_name: str = "trajectory.png") -> str
         f"<img src='{html.escape(png_name, quote=True)}' alt='score trajectory'>",
         "<h2>Submissions</h2>",
         _html_table(SUBMISSION_HEADER, submission_table_rows(report))
-        if report["submissions"]
+        if report.submissions
         else "<p>No submissions.</p>",
         "<h2>Code revisions</h2>",
         _html_table(REVISION_HEADER, revision_table_rows(report))
-        if report["revisions"]
+        if report.revisions
         else "<p>No code revisions recorded.</p>",
         "<h2>Metrics</h2>",
         _html_table(["metric", "value"], metric_table_rows(report)),

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from a2rl.constants import COMPONENT_REPORT
 from a2rl.errors import NotFoundError
+from a2rl.records.base import RecordError, load_record
+from a2rl.records.report import ReportRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.tracing import Tracing, merge_traces
@@ -27,7 +28,7 @@ def report_key(layout: RunLayout, name: str) -> str:
     return f"{layout.report_dir}/{name}"
 
 
-def write_report(store: ObjectStore, layout: RunLayout) -> dict[str, Any]:
+def write_report(store: ObjectStore, layout: RunLayout) -> ReportRecord:
     """Load the run's history, build the report, write report.{json,md,html} and trajectory.png.
 
     The PNG and pages are written before report.json, so a reader that finds report.json finds
@@ -55,25 +56,28 @@ def write_report(store: ObjectStore, layout: RunLayout) -> dict[str, Any]:
     return report
 
 
-def read_report(store: ObjectStore, layout: RunLayout) -> dict[str, Any] | None:
+def read_report(store: ObjectStore, layout: RunLayout) -> ReportRecord | None:
     """The stored report.json, or None when absent, unreadable or of another schema version."""
+    return read_report_at(store, report_key(layout, REPORT_JSON))
+
+
+def read_report_at(store: ObjectStore, key: str) -> ReportRecord | None:
+    """The report.json at `key` (None: absent, unreadable, not a report, or another schema version)."""
     try:
-        data = json.loads(store.get_bytes(report_key(layout, REPORT_JSON)))
-    except (NotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        report = load_record(store, key, ReportRecord)
+    except (NotFoundError, RecordError):
         return None
-    if not isinstance(data, dict) or data.get("schema_version") != REPORT_SCHEMA_VERSION:
-        return None
-    return data
+    return report if report.schema_version == REPORT_SCHEMA_VERSION else None
 
 
-def report_summary(report: dict[str, Any], uri: str) -> dict[str, Any]:
+def report_summary(report: ReportRecord, uri: str) -> dict[str, Any]:
     """The fields of `BenchRun.status.report` (`a2rl.api.benchrun.ReportRef`), snake_case."""
     return {
         "uri": uri,
-        "schema_version": report["schema_version"],
-        "baseline_score": report["baseline_score"],
-        "best_score": report["best_score"],
-        "improvement": report["improvement"],
-        "valid_submissions": report["valid_submissions"],
-        "route": report["route"],
+        "schema_version": report.schema_version,
+        "baseline_score": report.baseline_score,
+        "best_score": report.best_score,
+        "improvement": report.improvement,
+        "valid_submissions": report.valid_submissions,
+        "route": report.route,
     }

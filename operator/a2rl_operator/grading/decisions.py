@@ -32,6 +32,7 @@ from a2rl.constants import (
     REASON_COMPLETED,
     REASON_DEADLINE_EXCEEDED,
 )
+from a2rl.records.report import ReportRecord
 from a2rl.records.result import ResultRecord
 from a2rl.records.run import RunRecord, run_record
 from a2rl.runs import parse_time
@@ -411,31 +412,35 @@ def end_reason(conds: Sequence[st.Cond]) -> str | None:
     return END_REASONS.get(finish.reason, "failed")
 
 
-def summary_line(report: dict[str, Any]) -> str:
-    def num(value: Any) -> str:
+def summary_line(report: ReportRecord) -> str:
+    def num(value: float | None) -> str:
         return "—" if value is None else f"{float(value):.1f}"
 
-    best = num(report.get("best_score"))
-    if report.get("best_submission") is not None:
-        best += f" (submission {report['best_submission']})"
-    imp = report.get("improvement")
+    best = num(report.best_score)
+    if report.best_submission is not None:
+        best += f" (submission {report.best_submission})"
+    imp = report.improvement
+    # Counts a report left out read 0 (a null one reads None, as the JSON says).
+    given = report.model_fields_set
+    valid = report.valid_submissions if "valid_submissions" in given else 0
+    total = report.total_submissions if "total_submissions" in given else 0
     return (
-        f"baseline {num(report.get('baseline_score'))}, best {best}, "
+        f"baseline {num(report.baseline_score)}, best {best}, "
         f"improvement {'—' if imp is None else f'{float(imp):+.1f}'}, "
-        f"{report.get('valid_submissions', 0)}/{report.get('total_submissions', 0)} submissions scored"
+        f"{valid}/{total} submissions scored"
     )
 
 
-def report_ref(report: dict[str, Any], uri: str) -> ReportRef:
+def report_ref(report: ReportRecord, uri: str) -> ReportRef:
     """`status.report` from report.json."""
     return ReportRef(
         uri=uri,
-        schema_version=str(report["schema_version"]),
-        baseline_score=report.get("baseline_score"),
-        best_score=report.get("best_score"),
-        improvement=report.get("improvement"),
-        valid_submissions=int(report.get("valid_submissions") or 0),
-        route=report.get("route"),
+        schema_version=str(report.schema_version),
+        baseline_score=report.baseline_score,
+        best_score=report.best_score,
+        improvement=report.improvement,
+        valid_submissions=int(report.valid_submissions or 0),
+        route=report.route,
         summary=summary_line(report),
     )
 

@@ -14,12 +14,13 @@ from typing import Any
 
 from a2rl_grader.baseline import read_baseline_entry
 from a2rl_grader.evaluate import write_result
-from a2rl_grader.report.metrics import REPORT_SCHEMA_VERSION
+from a2rl_grader.report.write import read_report_at
 
 from a2rl.constants import BASELINE_INDEX
 from a2rl.errors import NotFoundError
 from a2rl.records.base import read_record, write_record
 from a2rl.records.baseline import BaselineEntry
+from a2rl.records.report import ReportRecord
 from a2rl.records.result import ResultRecord
 from a2rl.records.run import RunRecord
 from a2rl.store.base import ObjectStore
@@ -114,16 +115,10 @@ class RunStore:
     def report_key(self) -> str:
         return f"{self.layout.report_dir}/{REPORT_JSON}"
 
-    def read_report(self) -> dict[str, Any] | None:
+    def read_report(self) -> ReportRecord | None:
         """report.json of the current schema (None: absent, unreadable, or another schema)."""
 
-        try:
-            data = self.store.get_json(self.report_key)
-        except (NotFoundError, ValueError):
-            return None
-        if not isinstance(data, dict) or data.get("schema_version") != REPORT_SCHEMA_VERSION:
-            return None
-        return data
+        return read_report_at(self.store, self.report_key)
 
     def report_uri(self) -> str:
         return self.url(self.report_key)

@@ -1,0 +1,173 @@
+"""`report/report.json`: the post-hoc run report (schema version "1"), built by the grader's
+`a2rl_grader.report.metrics.build_report` and read by the operator, the CLI and the local runner.
+
+Field names are report.json's keys (docs/report.md defines them). The builder sets every field,
+null ones included, so `to_json` writes every key; a report read back keeps exactly the keys it
+had. Numbers that may be integers or floats are typed `int | float` so that a value keeps its
+JSON form (`1` stays `1`, `1.0` stays `1.0`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a2rl.records.base import Record
+from a2rl.records.run import AgentRef, BaseModelRef
+
+REPORT_SCHEMA_VERSION = "1"
+
+
+class ReportBudget(Record):
+    """`run.budget`: the wall time in seconds (null when not positive) and the submission cap."""
+
+    wall_time_seconds: int | float | None = None
+    max_submissions: int | None = None
+
+
+class ReportRun(Record):
+    """`run`: who and what the run was, from run.json and the run's layout."""
+
+    prefix: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+    uid: str | None = None
+    task: str | None = None
+    mode: str | None = None
+    base_model: BaseModelRef | None = None
+    agent: AgentRef | None = None
+    driver: dict[str, Any] | None = None
+    budget: ReportBudget = ReportBudget()
+    evaluator_version: str | None = None
+    started_at: str | None = None
+    deadline: str | None = None
+    ended_at: str | None = None
+    end_reason: str | None = None
+    agent_exit_code: int | None = None
+
+
+class ReportMetrics(Record):
+    """`metrics`: the process metrics (docs/report.md, "Metrics")."""
+
+    baseline_score: int | float | None = None
+    best_score: int | float | None = None
+    best_submission: int | None = None
+    improvement: int | float | None = None
+    last_valid_score: int | float | None = None
+    total_submissions: int | None = None
+    valid_submissions: int | None = None
+    invalid_submissions: int | None = None
+    valid_submission_rate: int | float | None = None
+    invalid_reasons: dict[str, int] = {}
+    first_valid_index: int | None = None
+    first_valid_delay_s: int | float | None = None
+    first_improvement_index: int | None = None
+    time_to_first_improvement_s: int | float | None = None
+    time_to_best_s: int | float | None = None
+    monotonic_ratio: int | float | None = None
+    score_trajectory: list[int | float | None] | None = None
+    copy_of_base_count: int | None = None
+    distinct_models: int | None = None
+    duration_s: int | float | None = None
+    time_used_ratio: int | float | None = None
+    first_submit_delay_s: int | float | None = None
+    last_submit_gap_s: int | float | None = None
+    eval_seconds_total: int | float | None = None
+    code_revisions: int | None = None
+    revisions_before_first_submission: int | None = None
+
+
+class ReportSubmission(Record):
+    """A `submissions` row: one agent submission (index >= 1)."""
+
+    index: int | None = None
+    submitted_at: str | None = None
+    elapsed_s: int | float | None = None
+    score: int | float | None = None
+    valid: bool | None = None
+    error: str | None = None
+    best_so_far: int | float | None = None
+    model_path: str | None = None
+    model_digest: str | None = None
+    model_files: int | None = None
+    model_bytes: int | None = None
+    copy_of_base: bool | None = None
+    code_revision: int | None = None
+    code_digest: str | None = None
+    n: int | None = None
+    correct: int | None = None
+    eval_duration_s: int | float | None = None
+    backend: str | None = None
+
+
+class ReportBaseline(Record):
+    """`baseline`: submission 0, the base model's evaluation."""
+
+    score: int | float | None = None
+    error: str | None = None
+    model_path: str | None = None
+    model_digest: str | None = None
+    evaluator_version: str | None = None
+    backend: str | None = None
+    n: int | None = None
+    correct: int | None = None
+
+
+class ReportRevision(Record):
+    """A `revisions` row: one code revision compared with the one before."""
+
+    index: int | None = None
+    created_at: str | None = None
+    elapsed_s: int | float | None = None
+    reason: str | None = None
+    digest: str | None = None
+    files: int | None = None
+    bytes: int | None = None
+    added: int | None = None
+    changed: int | None = None
+    removed: int | None = None
+    paths: list[str] = []
+    files_uploaded: int | None = None
+    bytes_uploaded: int | None = None
+
+
+class TimelineStep(Record):
+    """A `timeline.steps` entry: one top-level span of the run's trace."""
+
+    name: str | None = None
+    service: str | None = None
+    start_offset_s: int | float | None = None
+    duration_s: int | float | None = None
+    status: str | None = None
+    #: The span's `a2rl.submission.index` attribute, as recorded.
+    submission: int | str | None = None
+    child_spans: int | None = None
+
+
+class ReportTimeline(Record):
+    """`timeline`: the run's trace as the report saw it (`a2rl.tracing.spans.timeline`)."""
+
+    trace_id: str | None = None
+    started_at: str | None = None
+    duration_s: int | float | None = None
+    spans: int | None = None
+    steps: list[TimelineStep] = []
+
+
+class ReportRecord(Record):
+    """`<namespace>/<name>-<uid>/report/report.json`; the headline numbers repeat `metrics`'."""
+
+    schema_version: str | None = None
+    run: ReportRun = ReportRun()
+    baseline_score: int | float | None = None
+    best_score: int | float | None = None
+    best_submission: int | None = None
+    improvement: int | float | None = None
+    total_submissions: int | None = None
+    valid_submissions: int | None = None
+    #: The post-training route (SFT / RL / SFT→RL / copy-of-base); not classified yet (null).
+    route: str | None = None
+    baseline: ReportBaseline | None = None
+    metrics: ReportMetrics = ReportMetrics()
+    submissions: list[ReportSubmission] = []
+    revisions: list[ReportRevision] = []
+    timeline: ReportTimeline | None = None
