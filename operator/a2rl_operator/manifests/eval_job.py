@@ -27,6 +27,7 @@ from a2rl.constants import (
     ENV_JUDGE_API_KEY,
     LABEL_SUBMISSION_INDEX,
 )
+from a2rl.launch import OFFLINE_ENV  # the eval process never reaches a model hub
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
 from a2rl_operator.grading.config import GradingConfig
@@ -40,8 +41,6 @@ HELDOUT_VOLUME = "heldout"
 SCRATCH_VOLUME = "scratch"
 HELDOUT_DIR = "/var/run/a2rl/heldout"
 SCRATCH_DIR = "/tmp"
-#: The eval process never reaches a model hub: a submission must be self-contained.
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 #: Writable places for libraries that cache under $HOME (the root filesystem is read-only).
 SCRATCH_ENV = {
     "HOME": SCRATCH_DIR,

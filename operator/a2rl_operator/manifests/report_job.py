@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from a2rl.api.benchrun import BenchRunSpec
 from a2rl.constants import COMPONENT_REPORT
+from a2rl.launch import OFFLINE_ENV
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
 from a2rl_operator.grading.config import GradingConfig
 from a2rl_operator.manifests.common import Body, Manifest, child_name, guaranteed, object_meta, run_labels
 from a2rl_operator.manifests.eval_job import (
-    OFFLINE_ENV,
     SCRATCH_DIR,
     SCRATCH_ENV,
     SCRATCH_VOLUME,
