@@ -22,8 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from a2rl.errors import A2rlError, NotFoundError
-from a2rl.records.base import RecordError, write_record
-from a2rl.records.checked import load_checked
+from a2rl.records.base import RecordError, load_record, write_record
 from a2rl.records.library import ModelLibraryManifest
 from a2rl.records.tree import TreeRecord
 from a2rl.store.base import ObjectStore
@@ -92,7 +91,7 @@ def library_manifest(store: ObjectStore, name: str) -> ModelLibraryManifest:
     is not pushed, a one-line `RecordError` naming its key when it is corrupt."""
     layout = ModelLayout(check_model_name(name))
     try:
-        return load_checked(store, layout.manifest, ModelLibraryManifest)
+        return load_record(store, layout.manifest, ModelLibraryManifest)
     except NotFoundError:
         raise NotFoundError(
             f"base model not found: store:{name} is not in {store.uri} "
@@ -107,7 +106,7 @@ def list_models(store: ObjectStore) -> list[ModelLibraryManifest]:
     for key in store.list(LIBRARY):
         parts = key.split("/")
         if len(parts) == 3 and parts[2] == "manifest.json" and parts[1] != "blobs":
-            found.append(load_checked(store, key, ModelLibraryManifest))
+            found.append(load_record(store, key, ModelLibraryManifest))
     return sorted(found, key=lambda d: str(d.name))
 
 

@@ -14,5 +14,5 @@
     artifact.py    data/<task>/<version>-seed<s>/<split>/manifest.json  ArtifactManifest
 
 `base.read_record` / `load_record` / `write_record` read and write them through an `ObjectStore`;
-`checked.load_checked` / `checked` read with a one-line error for documents users name.
+`base.load_record` / `parse_record` fail with one line (`RecordError`) on a document that does not fit.
 """

@@ -42,19 +42,36 @@ class Record(BaseModel):
         return cls.model_validate(dict(data))
 
 
+def validation_problem(exc: ValidationError) -> str:
+    """The first error of `exc` on one line (`files.train.jsonl.size: Input should be …`)."""
+    errors = exc.errors()
+    if not errors:
+        return "invalid"
+    first = errors[0]
+    loc = ".".join(str(part) for part in first.get("loc", ())) or "(document)"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{loc}: {first.get('msg', 'invalid')}{more}"
+
+
+def parse_record(model: type[R], data: Any, where: str) -> R:
+    """`data` (parsed JSON read from `where`) as `model`; a one-line `RecordError` otherwise (these
+    errors reach users through `a2rl: error: …`, never as pydantic's multi-line report)."""
+    if not isinstance(data, dict):
+        raise RecordError(f"{where} is not a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RecordError(f"{where} is not a valid {model.__name__}: {validation_problem(exc)}") from None
+
+
 def load_record(store: ObjectStore, key: str, model: type[R]) -> R:
     """The document at `key` as `model`; `NotFoundError` when absent, `RecordError` when unreadable."""
     raw = store.get_bytes(key)
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RecordError(f"{store.url_for(key)} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise RecordError(f"{store.url_for(key)} is not a JSON object")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise RecordError(f"{store.url_for(key)} is not a valid {model.__name__}: {exc}") from exc
+        raise RecordError(f"{store.url_for(key)} is not valid JSON: {exc}") from None
+    return parse_record(model, data, store.url_for(key))
 
 
 def read_record(store: ObjectStore, key: str, model: type[R]) -> R | None:

@@ -31,8 +31,7 @@ from typing import Any
 
 from a2rl.errors import A2rlError, NotFoundError
 from a2rl.records.artifact import ArtifactFile, ArtifactManifest
-from a2rl.records.base import write_record
-from a2rl.records.checked import checked, load_checked
+from a2rl.records.base import load_record, parse_record, write_record
 from a2rl.store.base import ObjectStore
 from a2rl_tasks.base import StagedData, Task
 from a2rl_tasks.staging import HELDOUT, TRAIN, cached_dir
@@ -123,7 +122,7 @@ def read_manifest(root: Path) -> ArtifactManifest:
         data = json.loads(path.read_text())
     except ValueError as exc:
         raise A2rlError(f"{path}: not JSON: {exc}") from None
-    return checked(ArtifactManifest, data, str(path))
+    return parse_record(ArtifactManifest, data, str(path))
 
 
 def _same(a: ArtifactFile, b: ArtifactFile) -> bool:
@@ -287,7 +286,7 @@ def upload_artifact(store: ObjectStore, prefix: str, root: Path) -> ArtifactMani
 def fetch_artifact(store: ObjectStore, prefix: str, dest: Path) -> ArtifactManifest:
     """Download the artifact at `prefix` into `dest` and verify every checksum (`NotFoundError`
     when it is not staged; a one-line `RecordError` naming the key when its manifest is corrupt)."""
-    manifest = load_checked(store, f"{prefix}/{MANIFEST}", ArtifactManifest)
+    manifest = load_record(store, f"{prefix}/{MANIFEST}", ArtifactManifest)
     for rel in manifest.files:
         if rel.startswith("/") or ".." in Path(rel).parts:
             raise A2rlError(f"artifact {prefix}: unsafe path {rel!r} in manifest")
