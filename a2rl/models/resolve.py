@@ -18,6 +18,7 @@ from a2rl.errors import A2rlError, NotFoundError
 from a2rl.models.library import STORE_PREFIX, fetch_model
 
 if TYPE_CHECKING:
+    # lazy: torch and transformers, only when a tiny model must be built
     from a2rl.store.base import ObjectStore
 
 BUILTIN_PREFIX = "builtin:"
@@ -58,6 +59,7 @@ def _resolve_builtin(name: str, *, build: bool) -> Path:
         raise A2rlError(
             f"unknown builtin model {name!r}; known: {', '.join(BUILTIN_PREFIX + b for b in BUILTINS)}"
         )
+    # lazy: torch and transformers, only when a tiny model must be built
     from a2rl.models.tiny import build_tiny_model, is_built
 
     dest = builtin_dir(name)

@@ -45,6 +45,7 @@ class EvalOptions:
 
 
 def _short(exc: BaseException) -> str:
+    # lazy: torch and transformers (or vLLM), only when a model is evaluated
     from a2rl_grader.inference.loading import ModelLoadError
 
     # Our own load errors are already worded for the agent; others keep their type for context.
@@ -59,6 +60,7 @@ def evaluate_model_dir(
 
     Loading failures and evaluation failures become an `error` field with a null score.
     """
+    # lazy: torch and transformers (or vLLM), only when a model is evaluated
     from a2rl_grader.inference.select import resolve_backend_name, select_backend
     from a2rl_grader.traced import traced_evaluate
 
@@ -172,6 +174,7 @@ def evaluate_submission_record(
 
 
 def _error_fields(task: Task, options: EvalOptions, error: str) -> ResultRecord:
+    # lazy: torch and transformers (or vLLM), only when a model is evaluated
     from a2rl_grader.inference.select import resolve_backend_name
 
     now = utc_now()

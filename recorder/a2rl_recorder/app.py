@@ -57,6 +57,7 @@ def local_dispatcher(config: RecorderConfig, store: ObjectStore) -> LocalDispatc
 
 
 def cluster_dispatcher(config: RecorderConfig, store: ObjectStore) -> EvaluationDispatcher:
+    # lazy: the Kubernetes client, only in cluster mode
     from a2rl_recorder.cluster_dispatch import ClusterDispatcher, api_client_from_env
 
     assert config.run_name and config.run_namespace and config.run_uid  # checked by from_env

@@ -45,9 +45,11 @@ def select_backend(
     """
     concrete = resolve_backend_name(name)
     if concrete == "vllm":
+        # lazy: only the chosen backend's library (vLLM or torch)
         from a2rl_grader.inference.vllm_backend import VLLMBackend
 
         return VLLMBackend(model_dir, **kwargs)
+    # lazy: only the chosen backend's library (vLLM or torch)
     from a2rl_grader.inference.transformers_backend import TransformersBackend
 
     return TransformersBackend(model_dir, batch_size=batch_size, **kwargs)

@@ -103,6 +103,7 @@ def even_counts(total: int) -> dict[str, int]:
 @cache
 def _engine() -> Any:
     """This process's engine (one copy of fast-downward's library per process, reused)."""
+    # lazy: TextWorld, only when games are built or played
     from a2rl_tasks.alfworld.engine import TextGame
 
     return TextGame()
@@ -120,6 +121,7 @@ def _play_generated(job: tuple[str, str, str, str]) -> dict[str, Any] | None:
     """Generate the game for `key`, reset it, let the expert play it; None when it loses."""
     import tempfile
 
+    # lazy: TextWorld, only when games are built or played
     from a2rl_tasks.alfworld.expert import ExpertError, TaskParams, search_expert
 
     key, task_type, split, scratch = job
@@ -145,6 +147,7 @@ def _play_generated(job: tuple[str, str, str, str]) -> dict[str, Any] | None:
 def _play_official(job: tuple[str, bool]) -> dict[str, Any]:
     """The opening of an official game, and the expert's winning episode when asked (None when
     the expert cannot win it within 50 steps)."""
+    # lazy: TextWorld, only when games are built or played
     from a2rl_tasks.alfworld.engine import initial_observation
     from a2rl_tasks.alfworld.expert import ExpertError, TaskParams, search_expert
 

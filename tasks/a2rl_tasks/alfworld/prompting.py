@@ -68,6 +68,7 @@ def continue_prompt(prompt: str, action: str, observation: str) -> str:
 def build_react_examples(work_dir: Path, seed: int = EXAMPLE_SEED) -> dict[str, Any]:
     """Rebuild the examples: for each task type, the first two games of the "examples" split
     (keys `"<seed>:examples:<type>:<i>"`) whose expert episode has at most `EXAMPLE_MAX_STEPS` steps."""
+    # lazy: TextWorld, only when games are built or played
     from a2rl_tasks.alfworld import generator
     from a2rl_tasks.alfworld.engine import TextGame
     from a2rl_tasks.alfworld.expert import ExpertError, TaskParams, search_expert

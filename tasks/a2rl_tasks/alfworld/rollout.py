@@ -27,6 +27,7 @@ from a2rl_tasks.alfworld.engine import INVALID_FEEDBACK, EnvPool, initial_observ
 from a2rl_tasks.alfworld.expert import THINK_FEEDBACK, THINK_PREFIX
 
 if TYPE_CHECKING:
+    # lazy: TextWorld, only when games are built or played
     from a2rl.inference import InferenceBackend
 
 MAX_STEPS = 50
@@ -194,6 +195,7 @@ class Replay:
 
 def replay(game_file: str, outputs: Sequence[str], *, max_steps: int = MAX_STEPS, game: Any = None) -> Replay:
     """Play saved raw outputs (one per step) the way `run_episodes` does, from the game's start."""
+    # lazy: TextWorld, only when games are built or played
     from a2rl_tasks.alfworld.engine import TextGame
 
     engine = game or TextGame()

@@ -17,6 +17,7 @@ from a2rl_tasks.common.jsonl import read_heldout
 from a2rl_tasks.scoring import index_predictions, read_rows
 
 if TYPE_CHECKING:
+    # lazy: TextWorld, only when games are built or played
     from a2rl.inference import InferenceBackend
 
 EVALUATOR_VERSION = "alfworld-1"
@@ -139,6 +140,7 @@ class ALFWorldTask(Task):
         """Each prediction is an episode's raw outputs, one per line (the `prediction` of the
         evaluator's details), played again from the start of the reference's game; a game counts
         as won when the replay wins within the step limit. A missing prediction is a loss."""
+        # lazy: TextWorld, only when games are built or played
         from a2rl_tasks.alfworld.engine import TextGame
 
         engine = TextGame()
