@@ -1,4 +1,4 @@
-"""The agent's workspace (design §2): code/, output/, models/<base>/, data/, docs, run_meta.json.
+"""The agent's workspace (docs/agents.md): code/, output/, models/<base>/, data/, docs, run_meta.json.
 
 One builder (`build_workspace`) for the local runner and the cluster set-up container, and one
 writer of `run_meta.json` (`write_run_meta`, `update_run_meta`) for the builder, the local runner

@@ -1,7 +1,7 @@
 """Environments and command lines of a run's processes (pure functions).
 
 The contract variables are defined once here and used by both modes: `agent_contract_env` (what
-every agent gets, design §2) and `recorder_contract_env` (the recorder's run configuration). The
+every agent gets: docs/agents.md) and `recorder_contract_env` (the recorder's run configuration). The
 local runner passes a `Workspace` on local disk; the operator passes the pod's mount paths
 (`Workspace.for_base_model(Path(WORKSPACE_MOUNT), …)`) and turns the dicts into Kubernetes env
 lists, adding what only a pod has (secretKeyRefs, dispatch, spool). The rest (`agent_env`,
@@ -53,16 +53,6 @@ _PRIVATE_ENV_PREFIXES = ("A2RL_", "AWS_")
 _PRIVATE_ENV = (ENV_S3_ENDPOINT, ENV_S3_ACCESS_KEY, ENV_S3_SECRET_KEY, "AWS_SESSION_TOKEN")
 # Recorder variables set only when the run sets them (`recorder_contract_env`).
 _OPTIONAL_RECORDER_ENV = (ENV_MAX_SUBMISSIONS, ENV_EVAL_LIMIT)
-
-
-def a2rl_command(*args: str) -> list[str]:
-    """argv running the `a2rl` CLI with this interpreter (works without the console script on PATH)."""
-    return [
-        sys.executable,
-        "-c",
-        "import sys; from a2rl_cli import main; sys.exit(main(sys.argv[1:]))",
-        *args,
-    ]
 
 
 def resolve_agent_argv(command: list[str], args: list[str], *, cwd: Path | None = None) -> list[str]:

@@ -1,6 +1,6 @@
 """Validation of a submit request's `model_path`, before anything is recorded or evaluated.
 
-Rules (design §4): the path must lie under the workspace's `output/`, no `..`, no symlink on
+Rules (docs/recorder.md): the path must lie under the workspace's `output/`, no `..`, no symlink on
 the way or inside the model directory (snapshots store regular files only, and a link out of
 the workspace would leak files), a non-empty Hugging Face model directory (`config.json`), not
 a LoRA adapter, and within the size limit. Each violation is a `SubmitRejectedError` carrying

@@ -18,7 +18,7 @@ from a2rl_runner.run import run_benchrun
 
 from a2rl.api.benchrun import BenchRun
 from a2rl.constants import ENV_AGENT_SESSION
-from a2rl.contracts.env import a2rl_command
+from a2rl.launch import a2rl_argv
 from tests.support.run_support import SUBMIT_BASE_COPY, arith_spec, benchrun_doc
 
 pytestmark = pytest.mark.slow
@@ -128,7 +128,7 @@ def test_ctrl_c_stops_agent_and_still_records(tmp_path: Path, store_dir: Path) -
     path = tmp_path / "run.yaml"
     path.write_text(json.dumps(spec))
     proc = subprocess.Popen(
-        a2rl_command("run", str(path), "--store", str(store_dir)),
+        a2rl_argv("run", str(path), "--store", str(store_dir)),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -1,9 +1,9 @@
 """The workspace Job: set-up init container, the recorder as a native sidecar, the agent.
 
 Pod-level: no automounted service-account token, non-root, seccomp RuntimeDefault. The agent
-gets the design §2 environment and the workspace volume, nothing else: no token, no store
-credentials. The recorder (an `initContainers` entry with `restartPolicy: Always`) gets the
-store Secret and a projected token of the run's ServiceAccount.
+gets the agent contract's environment (docs/agents.md) and the workspace volume, nothing
+else: no token, no store credentials. The recorder (an `initContainers` entry with
+`restartPolicy: Always`) gets the store Secret and a projected token of the run's ServiceAccount.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def pod_workspace(spec: BenchRunSpec) -> Workspace:
 
 
 def agent_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
-    """The agent-facing contract (design §2), then the driver, then the user's extra variables."""
+    """The agent-facing contract (docs/agents.md), then the driver, then the user's extra variables."""
     env = _env(agent_contract_env(spec, pod_workspace(spec), GRADING_URL))
     if spec.driver is not None:
         env += _env({ENV_DRIVER_MODEL: spec.driver.model})
