@@ -18,12 +18,12 @@ import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from a2rl.errors import A2rlError, NotFoundError
 from a2rl.records.base import RecordError, load_record, write_record
 from a2rl.records.library import ModelLibraryManifest
+from a2rl.records.times import utc_now
 from a2rl.records.tree import TreeRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import restore_tree, snapshot_tree
@@ -80,7 +80,7 @@ def push_model(
         digest=tree.digest,
         bytes=tree.total_bytes,
         files=TreeRecord.of(tree),
-        pushed_at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        pushed_at=utc_now(),
     )
     write_record(store, layout.manifest, doc)  # last: a reader never sees a model with missing blobs
     return doc

@@ -3,15 +3,8 @@ recorder, read by it to count the submission as evaluated, and by the report).""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from a2rl.records.base import Record
-from a2rl.store.layout import RunLayout
-
-
-def dispatch_key(layout: RunLayout, index: int) -> str:
-    """`submissions/<n>/dispatch.json` of the run at `layout`."""
-    return f"{layout.submission_dir(index)}/dispatch.json"
+from a2rl.records.times import utc_now
 
 
 class DispatchRecord(Record):
@@ -31,5 +24,5 @@ class DispatchRecord(Record):
             error=error,
             exit_code=exit_code,
             log=log_key,
-            finished_at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            finished_at=utc_now(),
         )

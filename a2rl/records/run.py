@@ -7,18 +7,12 @@ document from another writer) still loads; unknown fields are kept.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from a2rl.api.benchrun import BenchRun
 from a2rl.records.base import Record
+from a2rl.records.times import iso_utc
 from a2rl.store.layout import RunLayout
-
-
-def iso(epoch: float | None) -> str | None:
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, UTC).isoformat().replace("+00:00", "Z")
 
 
 class BaseModelRef(Record):
@@ -94,9 +88,9 @@ def run_record(
             wall_time_seconds=spec.budget.wall_time_seconds, max_submissions=spec.budget.max_submissions
         ),
         spec=spec.to_wire(),
-        started_at=iso(started_at),
-        deadline=iso(None if started_at is None else started_at + spec.budget.wall_time_seconds),
-        ended_at=iso(ended_at),
+        started_at=iso_utc(started_at),
+        deadline=iso_utc(None if started_at is None else started_at + spec.budget.wall_time_seconds),
+        ended_at=iso_utc(ended_at),
         end_reason=end_reason,
         agent_exit_code=agent_exit_code,
         evaluator_version=evaluator_version,

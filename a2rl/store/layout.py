@@ -7,6 +7,7 @@
     <namespace>/<run>-<uid>/submissions/<n>/manifest.json   submission n: model + code snapshot digests
     <namespace>/<run>-<uid>/submissions/<n>/result.json     evaluation result (written by the grader only)
     <namespace>/<run>-<uid>/submissions/<n>/details.jsonl   per-item eval records (never shown to the agent)
+    <namespace>/<run>-<uid>/submissions/<n>/dispatch.json   why an evaluation left no result.json
     <namespace>/<run>-<uid>/logs/<component>.log
     <namespace>/<run>-<uid>/report/{report.json,report.md,report.html,trajectory.png}
     <namespace>/<run>-<uid>/traces/<component>-<pid>-<token>-<n>.jsonl   spans (one object per batch)
@@ -71,6 +72,9 @@ class RunLayout:
 
     def submission_details(self, index: int) -> str:
         return f"{self.submission_dir(index)}/details.jsonl"
+
+    def submission_dispatch(self, index: int) -> str:
+        return f"{self.submission_dir(index)}/dispatch.json"
 
     def log(self, component: str) -> str:
         return f"{self.prefix}/logs/{component}.log"

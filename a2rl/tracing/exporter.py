@@ -18,12 +18,12 @@ import os
 import secrets
 import threading
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from a2rl.records.times import iso_utc
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.spans import ATTR_RUN_PREFIX, span_line
@@ -35,9 +35,7 @@ MAX_PENDING_SPANS = 10_000
 
 
 def iso_ns(ns: int | None) -> str | None:
-    if ns is None:
-        return None
-    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat().replace("+00:00", "Z")
+    return None if ns is None else iso_utc(ns / 1e9)
 
 
 def _value(v: Any) -> Any:

@@ -93,17 +93,17 @@ def _traced(span_name: str, store: ObjectStore, layout: RunLayout, index: int) -
 
 
 def _submission(args: argparse.Namespace) -> int:
-    from a2rl_grader.evaluate import evaluate_submission_record
+    from a2rl_grader.evaluate import evaluate_submission
 
     task, store, layout, options = _setup(args)
     with _traced("eval_submission", store, layout, args.index):
-        result = evaluate_submission_record(store, layout, args.index, task, args.heldout, options=options)
+        result = evaluate_submission(store, layout, args.index, task, args.heldout, options=options)
     print(json.dumps(result.to_json(), sort_keys=True))
     return 0
 
 
 def _baseline(args: argparse.Namespace) -> int:
-    from a2rl_grader.baseline import evaluate_baseline_record
+    from a2rl_grader.baseline import evaluate_baseline
 
     from a2rl.errors import NotFoundError
 
@@ -113,7 +113,7 @@ def _baseline(args: argparse.Namespace) -> int:
 
     task, store, layout, options = _setup(args)
     with _traced("eval_baseline", store, layout, BASELINE_INDEX) as sp:
-        result = evaluate_baseline_record(
+        result = evaluate_baseline(
             store, layout, task, args.model_dir, args.heldout, options=options, base_name=args.base_name
         )
         sp.set_attribute("a2rl.eval.cached", bool(result.cached))

@@ -17,11 +17,12 @@ from a2rl.records.base import read_record, write_record
 from a2rl.records.baseline import BaselineEntry
 from a2rl.records.result import ResultRecord
 from a2rl.records.submission import SubmissionManifest
+from a2rl.records.times import utc_now
 from a2rl.records.tree import TreeRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import TreeManifest, hash_tree
 from a2rl.store.layout import RunLayout, baseline_key
-from a2rl_grader.evaluate import EvalOptions, check_heldout, evaluate_model_dir, utc_now, write_result
+from a2rl_grader.evaluate import EvalOptions, check_heldout, evaluate_model_dir, write_result
 
 WS_MODELS_PREFIX = "models"
 
@@ -56,7 +57,7 @@ def read_baseline_entry(store: ObjectStore, key: str) -> BaselineEntry | None:
     return entry if entry is not None and entry.score is not None else None
 
 
-def evaluate_baseline_record(
+def evaluate_baseline(
     store: ObjectStore,
     layout: RunLayout,
     task: Task,

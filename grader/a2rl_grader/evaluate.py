@@ -15,7 +15,6 @@ import tempfile
 import time
 import traceback
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,13 @@ from a2rl.errors import A2rlError, NotFoundError
 from a2rl.records.base import load_record, write_record
 from a2rl.records.result import ResultRecord
 from a2rl.records.submission import SubmissionManifest
+from a2rl.records.times import utc_now
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import restore_tree
 from a2rl.store.layout import RunLayout
 from a2rl.tracing import span
 
 MAX_ERROR_CHARS = 2000
-
-
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -132,7 +128,7 @@ def check_heldout(heldout_dir: Path) -> None:
         raise A2rlError(f"held-out data directory not found: {heldout_dir}")
 
 
-def evaluate_submission_record(
+def evaluate_submission(
     store: ObjectStore,
     layout: RunLayout,
     index: int,

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -44,6 +44,7 @@ from a2rl.api.benchsubmission import (
 from a2rl.records.base import load_record
 from a2rl.records.result import ResultRecord
 from a2rl.records.submission import SubmissionManifest
+from a2rl.records.times import iso_utc
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 
@@ -151,12 +152,6 @@ _STATUS_FIELDS = ("state", "score", "error", "reason", "evaluatorVersion", "resu
                   "finishedAt", "durationSeconds")  # fmt: skip
 
 
-def _iso(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
 def result_from_status(index: int, task: str, obj: Mapping[str, Any]) -> ResultRecord | None:
     """The submission's result from its BenchSubmission (the API object as the client returns
     it), or None while it is not terminal."""
@@ -184,8 +179,8 @@ def result_from_status(index: int, task: str, obj: Mapping[str, Any]) -> ResultR
         "duration_seconds": status.duration_seconds,
         "evaluator_version": status.evaluator_version,
         "result_uri": status.result_uri,
-        "started_at": _iso(status.started_at),
-        "finished_at": _iso(status.finished_at),
+        "started_at": iso_utc(status.started_at),
+        "finished_at": iso_utc(status.finished_at),
     }
     return result.model_copy(update={k: v for k, v in optional.items() if v is not None})
 

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from a2rl.launch import OFFLINE_ENV, kill_group, start_a2rl
 from a2rl.records.base import read_record, write_record
-from a2rl.records.dispatch import DispatchRecord, dispatch_key
+from a2rl.records.dispatch import DispatchRecord
 from a2rl.records.result import ResultRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
@@ -32,7 +32,6 @@ from a2rl.tracing import current_trace_env
 log = logging.getLogger(__name__)
 
 KILL_GRACE_S = 10.0
-# The eval process never reaches a model hub (a submission must be self-contained).
 
 
 class EvaluationDispatcher(Protocol):
@@ -101,7 +100,7 @@ class LocalDispatcher:
         if result is None:
             error = problem or f"evaluation process exited with code {exit_code} without writing a result"
             failed = DispatchRecord.failed(index, error, exit_code, log_key)
-            write_record(self.store, dispatch_key(self.layout, index), failed)
+            write_record(self.store, self.layout.submission_dispatch(index), failed)
             return ResultRecord.failure(index, self.task, error)
         return result
 

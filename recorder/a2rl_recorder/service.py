@@ -19,14 +19,14 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any
 
 from a2rl.constants import BASELINE_INDEX
 from a2rl.records.base import write_record
-from a2rl.records.dispatch import DispatchRecord, dispatch_key
+from a2rl.records.dispatch import DispatchRecord
 from a2rl.records.result import ResultRecord
 from a2rl.records.submission import SnapshotInfo, SubmissionManifest
+from a2rl.records.times import iso_utc
 from a2rl.records.tree import TreeRecord
 from a2rl.scores import improvement
 from a2rl.store.base import ObjectStore
@@ -44,10 +44,6 @@ from a2rl_recorder.submit import SubmitRejectedError, validate_model_path
 log = logging.getLogger(__name__)
 
 Reply = tuple[int, dict[str, Any] | list[dict[str, Any]]]
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
 class Recorder:
@@ -137,7 +133,7 @@ class Recorder:
             "timeout_s": self.config.timeout_s,
             "elapsed": round(elapsed, 3),
             "remaining": round(max(0.0, self.config.timeout_s - elapsed), 3),
-            "deadline": iso(self.config.deadline),
+            "deadline": iso_utc(self.config.deadline),
             "now": now,
             "last_submit_time": self._last_submit_time,
         }
@@ -173,7 +169,8 @@ class Recorder:
         if deadline and self.clock() >= self.config.deadline:
             raise SubmitRejectedError(
                 403,
-                f"the time budget is used up (deadline {iso(self.config.deadline)}): submissions are closed",
+                f"the time budget is used up (deadline {iso_utc(self.config.deadline)}): "
+                "submissions are closed",
             )
         cap = self.config.max_submissions
         if cap is not None and self._allocated >= cap:
@@ -212,7 +209,7 @@ class Recorder:
                 self.layout.submission_manifest(index),
                 SubmissionManifest(
                     index=index,
-                    submitted_at=iso(submitted),
+                    submitted_at=iso_utc(submitted),
                     model_path=candidate.rel_path,
                     model=TreeRecord.of(model),
                     model_digest=model.digest,
@@ -289,7 +286,7 @@ class Recorder:
                 log.exception("evaluation of submission %d failed", index)
                 error = f"evaluation failed: {type(exc).__name__}"
                 failed = DispatchRecord.failed(index, error, None, None)
-                write_record(self.store, dispatch_key(self.layout, index), failed)
+                write_record(self.store, self.layout.submission_dispatch(index), failed)
                 return ResultRecord.failure(index, self.config.task, error)
 
     # --- an unreachable store -----------------------------------------------------------

@@ -14,11 +14,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from a2rl.records.base import load_record, write_record
 from a2rl.records.revision import CodeRevision
+from a2rl.records.times import utc_now
 from a2rl.records.tree import TreeRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import DigestCache, iter_files, snapshot_tree
@@ -30,10 +30,6 @@ Signature = tuple[tuple[str, int, int], ...]
 log = logging.getLogger(__name__)
 
 IGNORED_DIRS = frozenset({"__pycache__", ".ipynb_checkpoints"})
-
-
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from a2rl.constants import BASELINE_INDEX
 from a2rl.records.base import read_record
-from a2rl.records.dispatch import DispatchRecord, dispatch_key
+from a2rl.records.dispatch import DispatchRecord
 from a2rl.records.result import ResultRecord
 from a2rl.records.submission import SubmissionManifest
 from a2rl.scores import Scored
@@ -88,7 +88,7 @@ class RunState:
         )
         result = self.result(index)
         if result is None:
-            failed = read_record(self.store, dispatch_key(self.layout, index), DispatchRecord)
+            failed = read_record(self.store, self.layout.submission_dispatch(index), DispatchRecord)
             score, error = None, failed.error if failed is not None else None
             evaluated = failed is not None
         else:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from a2rl_grader.baseline import baseline_cache_key, evaluate_baseline_record
+from a2rl_grader.baseline import baseline_cache_key, evaluate_baseline
 from a2rl_grader.evaluate import EvalOptions, evaluate_model_dir
 from a2rl_tasks import get_task
 from a2rl_tasks.base import StagedData
@@ -40,7 +40,7 @@ def test_failed_baseline_is_not_cached(tmp_path: Path, heldout: Path) -> None:
     store = open_store(str(tmp_path / "store"))
     layout = RunLayout("local", "r", "0123456789ab")
     task = get_task("arith")
-    result = evaluate_baseline_record(store, layout, task, model, heldout, options=OPTIONS)
+    result = evaluate_baseline(store, layout, task, model, heldout, options=OPTIONS)
     assert result.cached is False and result.score is None and result.error
     assert not store.exists(baseline_cache_key(task, hash_tree(model).digest, OPTIONS.limit))
     assert store.get_json(layout.submission_result(0))["error"] == result.error
@@ -48,7 +48,7 @@ def test_failed_baseline_is_not_cached(tmp_path: Path, heldout: Path) -> None:
 
 def test_missing_heldout_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(A2rlError, match="held-out data directory not found"):
-        evaluate_baseline_record(
+        evaluate_baseline(
             open_store(str(tmp_path / "store")),
             RunLayout("local", "r", "0123456789ab"),
             get_task("arith"),

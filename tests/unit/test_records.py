@@ -15,12 +15,13 @@ from a2rl.api.benchrun import BenchRun
 from a2rl.records.base import Record, RecordError, load_record, read_record, write_record
 from a2rl.records.baseline import BaselineEntry
 from a2rl.records.benchrun import FinalRunRecord
-from a2rl.records.dispatch import DispatchRecord, dispatch_key
+from a2rl.records.dispatch import DispatchRecord
 from a2rl.records.report import ReportRecord
 from a2rl.records.result import ResultRecord
 from a2rl.records.revision import CodeRevision
-from a2rl.records.run import RunRecord, iso, run_record
+from a2rl.records.run import RunRecord, run_record
 from a2rl.records.submission import SubmissionManifest
+from a2rl.records.times import iso_utc as iso
 from a2rl.records.tree import TreeRecord
 from a2rl.runs import RunInfo
 from a2rl.store.base import ObjectStore
@@ -51,7 +52,7 @@ MANIFEST: dict[str, Any] = {  # a2rl_recorder.service (POST /submit)
     "code_digest": None, "request": {"model_path": "output/v1", "note": ["any", 1]},
     "snapshot": {"files_uploaded": 2, "bytes_uploaded": 4108, "seconds": 0.25},
 }  # fmt: skip
-RESULT: dict[str, Any] = {  # a2rl_grader.evaluate.evaluate_submission_record
+RESULT: dict[str, Any] = {  # a2rl_grader.evaluate.evaluate_submission
     "index": 1, "task": "arith", "score": 41.5, "error": None, "evaluator_version": "arith-1",
     "backend": "transformers", "n": 200, "correct": 83, "metrics": {"accuracy": 41.5},
     "started_at": "2026-03-01T12:05:01Z", "finished_at": "2026-03-01T12:06:01Z", "duration_s": 60.012,
@@ -203,7 +204,7 @@ def test_result_helpers_match_the_old_dicts() -> None:
     assert failure == {"index": 3, "task": "arith", "score": None, "error": "boom"}
     record = DispatchRecord.failed(3, "boom", None, None).to_json()
     assert set(record) == set(DISPATCH) and record["status"] == "failed" and record["exit_code"] is None
-    assert dispatch_key(LAYOUT, 3) == "local/demo-0123456789ab/submissions/00003/dispatch.json"
+    assert LAYOUT.submission_dispatch(3) == "local/demo-0123456789ab/submissions/00003/dispatch.json"
 
 
 def test_baseline_entry_and_cached_result() -> None:
