@@ -32,9 +32,10 @@ class ApiModel(BaseModel):
         use_enum_values=True,
     )
 
-    def to_wire(self) -> dict[str, Any]:
-        """The JSON-ready dict as Kubernetes stores it (aliases, no unset/None fields)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+    def to_wire(self, *, only_set: bool = False) -> dict[str, Any]:
+        """The JSON-ready dict as Kubernetes stores it (aliases, no None fields); with `only_set`,
+        also without the fields left at their defaults (what was read or assigned, nothing more)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=only_set)
 
 
 def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, Any]:

@@ -84,7 +84,7 @@ def status_wire(status: ApiModel) -> dict[str, Any]:
     """A status as the API server holds it: camelCase, the fields that were set (read from the
     server or assigned by the operator), a field set to None left out (that is how one is removed),
     so a status read and written back is the same document."""
-    return status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
+    return status.to_wire(only_set=True)
 
 
 def run_status(run: Mapping[str, Any]) -> BenchRunStatus:

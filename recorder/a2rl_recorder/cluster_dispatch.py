@@ -143,7 +143,7 @@ def benchsubmission_body(
         manifest=record,
         manifest_uri=manifest_uri,
     )
-    return obj.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
+    return obj.to_wire(only_set=True)
 
 
 #: The status fields a result is made of (by wire name); others (conditions, evalJob, fields a
