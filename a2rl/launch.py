@@ -1,7 +1,7 @@
 """The one way a2rl starts its own processes: `python -m a2rl_cli ARGS…` in its own session.
 
-The local runner (recorder, baseline, report), the recorder (eval processes), the grader and the
-tests all launch `a2rl` through here, so every child runs with this interpreter (whether or not
+The local runner (recorder, baseline evaluation), the recorder (eval processes) and the tests
+all launch `a2rl` through here, so every child runs with this interpreter (whether or not
 the console script is on PATH), is killable as a whole process group, and never outlives an
 interrupted parent.
 """
@@ -67,14 +67,12 @@ def kill_group(proc: subprocess.Popen[bytes], grace_s: float | None = None) -> N
 
 @dataclass(frozen=True)
 class Finished:
-    """A completed `a2rl` child: exit code (124 after a time-out), its output, whether it timed out.
-
+    """A completed `a2rl` child: exit code (`TIMEOUT_EXIT_CODE` after a time-out) and its output;
     `stderr` is empty when it went to a log file."""
 
     returncode: int
     stdout: str
     stderr: str = ""
-    timed_out: bool = False
 
 
 def run_a2rl(
@@ -102,7 +100,7 @@ def run_a2rl(
             kill_group(proc)
             out, err = proc.communicate()
             note = f"\na2rl {args[0] if args else ''} timed out after {timeout_s:.0f} s\n"
-            return Finished(TIMEOUT_EXIT_CODE, _text(out), _text(err) + note, timed_out=True)
+            return Finished(TIMEOUT_EXIT_CODE, _text(out), _text(err) + note)
         except BaseException:
             kill_group(proc)
             raise
