@@ -57,6 +57,10 @@ class AgentLaunch:
     #: Echo every output line to this process's stdout with this prefix (None: log file only).
     console_prefix: str | None = None
     session: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: `argv` starts the agent in a PID namespace (the local sandbox): the main process and its
+    #: child are the namespace's wrappers, spared by SIGTERM (the namespace's init would take
+    #: every process down with it, graceless) and SIGKILLed last, which ends the namespace.
+    sandboxed: bool = False
 
 
 @dataclass(frozen=True)
@@ -201,16 +205,18 @@ class AgentSupervisor:
             return 0
         pgid = self._proc.pid
         targets = self.agent_pids()
-        signalled = set(targets)
+        wrappers = self._wrappers()
+        signalled = set(targets) | wrappers
         if targets:
-            _killpg(pgid, signal.SIGTERM)
+            if not self.launch.sandboxed:
+                _killpg(pgid, signal.SIGTERM)
             # Once per process: a second SIGTERM can land while Python finalises after the agent's
             # handler called sys.exit (handlers are reset by then) and turn its exit code into -15.
-            procs.signal_pids(_outside_group(targets, pgid), signal.SIGTERM)
+            procs.signal_pids(_outside_group(targets, pgid) - wrappers, signal.SIGTERM)
             end = time.monotonic() + grace_s
             while time.monotonic() < end:
                 alive = self.agent_pids()
-                if not alive:
+                if not alive or alive <= wrappers:
                     break
                 new = alive - signalled  # forked during the grace period
                 procs.signal_pids(new, signal.SIGTERM)
@@ -228,6 +234,12 @@ class AgentSupervisor:
         self._close_output()
         self._restore_subreaper()
         return len(signalled)
+
+    def _wrappers(self) -> set[int]:
+        """The sandbox's bubblewrap processes (the main process and its children), if sandboxed."""
+        if not self.launch.sandboxed or self._proc is None or self._proc.returncode is not None:
+            return set()
+        return {self._proc.pid} | procs.children_of(self._proc.pid, procs.snapshot())
 
     def _restore_subreaper(self) -> None:
         if not self._was_subreaper:

@@ -1,0 +1,181 @@
+"""Finding bubblewrap, checking it can start here, and building one run's sandbox (I/O edges).
+
+`check_bubblewrap()` runs the sandbox's own flags once on `/bin/true` (~10 ms), so a kernel or
+container that forbids user namespaces is reported before the run starts, with what is missing.
+`RunSandbox.create()` makes the run's private directories (relay sockets, scratch /tmp and home)
+and `wrap()` turns the agent's command into the sandboxed one.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from a2rl.constants import ENV_BWRAP
+from a2rl.errors import A2rlError
+from a2rl_runner.sandbox.policy import (
+    AGENT_HOME,
+    GPU_DEVICE_GLOBS,
+    MASKED_FILES,
+    SYSTEM_DIRS,
+    Relay,
+    SandboxPolicy,
+    bwrap_argv,
+    exposed_private,
+    python_toolchain,
+    relay_argv,
+)
+
+INSTALL_HINT = "install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
+NO_SANDBOX_HINT = "or run with --no-sandbox (the agent then runs unisolated: not for untrusted agents)"
+PROBE_FLAGS = (
+    "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--disable-userns",
+    "--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+)  # fmt: skip
+API_SOCKET = "api.sock"
+
+
+class SandboxUnavailableError(A2rlError):
+    """The local sandbox cannot start on this machine (the message says what is missing)."""
+
+
+@dataclass(frozen=True)
+class Bubblewrap:
+    path: str
+    version: str  # e.g. "bubblewrap 0.8.0"
+
+
+def check_bubblewrap(env: Mapping[str, str] | None = None) -> Bubblewrap:
+    """bubblewrap on PATH (or `$A2RL_BWRAP`), able to create the namespaces the sandbox uses."""
+    env = os.environ if env is None else env
+    path = env.get(ENV_BWRAP) or shutil.which("bwrap", path=env.get("PATH"))
+    if not path:
+        raise SandboxUnavailableError(
+            f"the local sandbox needs bubblewrap (bwrap), which is not installed: {INSTALL_HINT}, "
+            + NO_SANDBOX_HINT
+        )
+    try:
+        version = subprocess.run([path, "--version"], check=False, capture_output=True, text=True, timeout=10)
+        probe = subprocess.run(
+            [path, *PROBE_FLAGS, "--", "true"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxUnavailableError(f"cannot run bubblewrap at {path}: {exc}; {NO_SANDBOX_HINT}") from None
+    if probe.returncode != 0:
+        detail = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SandboxUnavailableError(
+            f"bubblewrap cannot create the sandbox's namespaces here ({detail}): this kernel or container "
+            "forbids unprivileged user namespaces (see sysctl user.max_user_namespaces, "
+            f"kernel.apparmor_restrict_unprivileged_userns), {NO_SANDBOX_HINT}"
+        )
+    return Bubblewrap(path=path, version=version.stdout.strip() or "bubblewrap")
+
+
+def named_files(argv: Sequence[str], cwd: Path) -> list[Path]:
+    """Regular files the agent command names (a script, a config), shown read-only inside.
+    Directories are not: a command naming `/` or a home directory must not undo the sandbox."""
+    found = []
+    for arg in argv:
+        if "/" not in arg:
+            continue
+        path = Path(arg) if Path(arg).is_absolute() else cwd / arg
+        try:
+            if path.is_file():
+                found.append(path.absolute())  # bound at the path the command uses
+        except OSError:  # an inline script, not a path (too long a name, …)
+            continue
+    return found
+
+
+def gpu_devices(dev: str = "/dev") -> tuple[Path, ...]:
+    return tuple(sorted(Path(p) for pattern in GPU_DEVICE_GLOBS for p in glob.glob(f"{dev}/{pattern}")))
+
+
+def system_layout() -> tuple[tuple[str, ...], dict[str, str]]:
+    """(directories to bind, {link: target}) for the system directories present on this host."""
+    dirs, links = [], {}
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            links[path] = os.readlink(path)
+        elif os.path.isdir(path):
+            dirs.append(path)
+    return tuple(dirs), links
+
+
+class RunSandbox:
+    """One run's sandbox: its private directories, its policy, and the wrapped agent command."""
+
+    def __init__(self, bwrap: Bubblewrap, policy: SandboxPolicy, private_dirs: Iterable[Path]) -> None:
+        self.bwrap = bwrap
+        self.policy = policy
+        self._private_dirs = tuple(private_dirs)
+
+    @property
+    def api_socket(self) -> Path:
+        return self.policy.socket_dir / API_SOCKET
+
+    @classmethod
+    def create(
+        cls,
+        bwrap: Bubblewrap,
+        *,
+        workspace: Path,
+        read_only: Sequence[Path],
+        agent_argv: Sequence[str],
+        cwd: Path,
+        api_port: int,
+        scratch: Path,
+        private: Sequence[Path],
+        extra_toolchain: Sequence[Path] = (),
+    ) -> RunSandbox:
+        """Build the policy; raises `A2rlError` when the toolchain would expose `private` paths
+        (the store, the caches, held-out data, the user's home)."""
+        toolchain = (*python_toolchain(), *named_files(agent_argv, cwd), *extra_toolchain)
+        if clashes := exposed_private(toolchain, private):
+            tool, secret = clashes[0]
+            raise A2rlError(
+                f"the sandbox would show {secret} to the agent because it must show {tool} "
+                "(the Python environment or a file the agent command names): move one of them"
+            )
+        socket_dir = Path(tempfile.mkdtemp(prefix="a2rl-sock-"))  # short: socket paths max 108 bytes
+        for sub in ("tmp", "home"):
+            (scratch / sub).mkdir(parents=True, exist_ok=True)
+        dirs, links = system_layout()
+        policy = SandboxPolicy(
+            workspace=workspace,
+            read_only_in_workspace=tuple(p for p in read_only if p.exists()),
+            toolchain=tuple(toolchain),
+            socket_dir=socket_dir,
+            relays=(Relay(port=api_port, socket_name=API_SOCKET),),
+            scratch=scratch,
+            cwd=cwd,
+            devices=gpu_devices(),
+            system_links=links,
+            system_dirs=dirs,
+            masked=tuple(p for p in MASKED_FILES if os.path.isfile(p)),
+        )
+        return cls(bwrap, policy, (socket_dir, scratch))
+
+    def wrap(self, agent_argv: Sequence[str]) -> list[str]:
+        inner = relay_argv(sys.executable, self.policy.relays, agent_argv)
+        return bwrap_argv(self.bwrap.path, self.policy, inner)
+
+    @staticmethod
+    def agent_env(env: Mapping[str, str]) -> dict[str, str]:
+        """The agent's environment inside: its own home and /tmp, nothing pointing outside."""
+        return {**env, "HOME": AGENT_HOME, "TMPDIR": "/tmp"}
+
+    def cleanup(self) -> None:
+        for path in self._private_dirs:
+            shutil.rmtree(path, ignore_errors=True)
