@@ -85,6 +85,11 @@ ENV_RUN_UID: Final = "A2RL_RUN_UID"
 ENV_RECORDER_PORT: Final = "A2RL_RECORDER_PORT"
 ENV_HELDOUT_PATH: Final = "A2RL_HELDOUT_PATH"
 ENV_CACHE_DIR: Final = "A2RL_CACHE_DIR"
+#: "stdin": the recorder reads the run's integrity key from its stdin (never from its environment).
+ENV_RUN_KEY_SOURCE: Final = "A2RL_RUN_KEY_SOURCE"
+#: A file holding the secret that generated held-out sets derive their seed from (default: a
+#: machine-local key under <cache>/keys/); for staging machines, never set for an agent.
+ENV_HELDOUT_SECRET_FILE: Final = "A2RL_HELDOUT_SECRET_FILE"
 # Marks every process of an agent session so the runner can find detached descendants.
 ENV_AGENT_SESSION: Final = "A2RL_AGENT_SESSION"
 ENV_S3_ENDPOINT: Final = "AWS_ENDPOINT_URL"

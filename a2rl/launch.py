@@ -37,12 +37,14 @@ def start_a2rl(
     stdout: int | IO[bytes] | None = subprocess.DEVNULL,
     stderr: int | IO[bytes] | None = subprocess.STDOUT,
     python: str | None = None,
+    stdin: int = subprocess.DEVNULL,
 ) -> subprocess.Popen[bytes]:
-    """Start `a2rl ARGS…` in its own session (so its own process group), stdin closed."""
+    """Start `a2rl ARGS…` in its own session (so its own process group), stdin closed unless
+    `stdin` is `subprocess.PIPE` (how a secret reaches a child: never its environment)."""
     return subprocess.Popen(
         a2rl_argv(*args, python=python),
         env=dict(os.environ if env is None else env),
-        stdin=subprocess.DEVNULL,
+        stdin=stdin,
         stdout=stdout,
         stderr=stderr,
         start_new_session=True,

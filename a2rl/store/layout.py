@@ -8,11 +8,13 @@
     <namespace>/<run>-<uid>/submissions/<n>/result.json     evaluation result (written by the grader only)
     <namespace>/<run>-<uid>/submissions/<n>/details.jsonl   per-item eval records (never shown to the agent)
     <namespace>/<run>-<uid>/submissions/<n>/dispatch.json   why an evaluation left no result.json
+    <namespace>/<run>-<uid>/submissions/<n>/seal.json       result.json's MAC under the run's key
     <namespace>/<run>-<uid>/logs/<component>.log
     <namespace>/<run>-<uid>/report/{report.json,report.md,report.html,trajectory.png}
     <namespace>/<run>-<uid>/traces/<component>-<pid>-<token>-<n>.jsonl   spans (one object per batch)
     <namespace>/<run>-<uid>/traces.jsonl                 all spans of the run, merged (a2rl.tracing)
-    baselines/<task>/<model-digest>/<evaluator-version>.json   baseline cache shared by all runs
+    baselines/<task>/<model-digest>/<evaluator-version>.json   baseline cache shared by all runs (cluster)
+    baselines/<task>/<model-digest>/<evaluator-version>-data-<held-out digest>.json   (local mode)
     models/<name>/manifest.json, models/blobs/<sha256>   base models pushed for `store:<name>`
                                                          sources (a2rl.models.library)
 
@@ -76,6 +78,10 @@ class RunLayout:
     def submission_dispatch(self, index: int) -> str:
         return f"{self.submission_dir(index)}/dispatch.json"
 
+    def submission_seal(self, index: int) -> str:
+        """The MAC of result.json (`a2rl.records.result.seal_result`), written by the trusted side."""
+        return f"{self.submission_dir(index)}/seal.json"
+
     def log(self, component: str) -> str:
         return f"{self.prefix}/logs/{component}.log"
 
@@ -113,3 +119,8 @@ def _split_name_uid(rest: str) -> tuple[str, str]:
 
 def baseline_key(task: str, model_digest: str, evaluator_version: str) -> str:
     return f"baselines/{task}/{model_digest}/{evaluator_version}.json"
+
+
+def baseline_data_key(task: str, model_digest: str, evaluator_version: str, heldout_digest: str) -> str:
+    """The baseline cache entry of one held-out data set (its tree digest): local mode's key."""
+    return f"baselines/{task}/{model_digest}/{evaluator_version}-data-{heldout_digest}.json"

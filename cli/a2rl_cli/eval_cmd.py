@@ -106,6 +106,7 @@ def _baseline(args: argparse.Namespace) -> int:
     from a2rl_grader.baseline import evaluate_baseline
 
     from a2rl.errors import NotFoundError
+    from a2rl.local_keys import BASELINE_CACHE_KEY, machine_key
 
     if not (args.model_dir / "config.json").is_file():
         raise NotFoundError(f"base model not found: {args.model_dir} (no config.json)")
@@ -114,7 +115,15 @@ def _baseline(args: argparse.Namespace) -> int:
     task, store, layout, options = _setup(args)
     with _traced("eval_baseline", store, layout, BASELINE_INDEX) as sp:
         result = evaluate_baseline(
-            store, layout, task, args.model_dir, args.heldout, options=options, base_name=args.base_name
+            store,
+            layout,
+            task,
+            args.model_dir,
+            args.heldout,
+            options=options,
+            base_name=args.base_name,
+            # local mode only (the operator reads its cache itself): entries are signed and checked
+            cache_mac_key=machine_key(BASELINE_CACHE_KEY),
         )
         sp.set_attribute("a2rl.eval.cached", bool(result.cached))
     print(json.dumps(result.to_json(), sort_keys=True))

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from a2rl_recorder.config import RecorderConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,11 +41,33 @@ def _serve(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = RecorderConfig.from_env()
+    config = _with_run_key(config)
     if args.port is not None:
         if not 0 <= args.port <= 65535:
             raise A2rlError(f"--port must be between 0 and 65535, got {args.port}")
         config = dataclasses.replace(config, port=args.port)
     return serve(config)
+
+
+def _with_run_key(config: RecorderConfig) -> RecorderConfig:
+    """The run's integrity key from stdin when `A2RL_RUN_KEY_SOURCE=stdin` (the local runner's pipe)."""
+    import os
+    import sys
+
+    from a2rl import constants as c
+    from a2rl.errors import A2rlError
+    from a2rl.integrity import parse_key_line
+
+    source = (os.environ.get(c.ENV_RUN_KEY_SOURCE) or "").strip()
+    if not source:
+        return config
+    if source != "stdin":
+        raise A2rlError(f"{c.ENV_RUN_KEY_SOURCE} must be 'stdin', got {source!r}")
+    try:
+        key = parse_key_line(sys.stdin.buffer.readline())
+    except ValueError:
+        raise A2rlError("the run key on stdin is missing or malformed") from None
+    return dataclasses.replace(config, run_key=key)
 
 
 def _setup(args: argparse.Namespace) -> int:

@@ -1,14 +1,22 @@
 """The baseline (submission 0): the base model's score, cached across runs.
 
-Cache key: `baselines/<task>/<model digest>/<evaluator version>.json` (`a2rl.store.layout.baseline_key`);
-an evaluation limited to the first N items is cached under `<evaluator version>+limitN` so a
-smoke-test baseline never stands in for a full one. Failed evaluations are not cached. An entry
-is a `BaselineEntry` (`a2rl.records.baseline`); submission 0's manifest a `SubmissionManifest`.
+Cache key: `baselines/<task>/<model digest>/<evaluator version>.json` (`a2rl.store.layout.baseline_key`;
+the operator's), and in local mode `…/<evaluator version>-data-<held-out digest>.json`
+(`baseline_data_key`: staging other held-out data never reuses a stale baseline); an evaluation
+limited to the first N items is cached under `<evaluator version>+limitN` so a smoke-test
+baseline never stands in for a full one. Failed evaluations are not cached. An entry is a
+`BaselineEntry` (`a2rl.records.baseline`): the score, never the per-item details (gold answers).
+In local mode an entry carries a MAC under a machine-local key (`a2rl.local_keys`); an entry
+whose MAC is missing or wrong (a run poisoned the cache) is not used: the base model is evaluated
+again, the entry rewritten, and the result says why (`cache_problem`). Submission 0's manifest
+is a `SubmissionManifest`.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
 
 from a2rl_tasks.base import Task
 
@@ -21,18 +29,25 @@ from a2rl.records.times import utc_now
 from a2rl.records.tree import TreeRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import TreeManifest, hash_tree
-from a2rl.store.layout import RunLayout, baseline_key
+from a2rl.store.layout import RunLayout, baseline_data_key, baseline_key
 from a2rl_grader.evaluate import EvalOptions, check_heldout, evaluate_model_dir, write_result
 
 WS_MODELS_PREFIX = "models"
+
+log = logging.getLogger(__name__)
 
 
 def cache_version(task: Task, limit: int | None) -> str:
     return task.evaluator_version if limit is None else f"{task.evaluator_version}+limit{limit}"
 
 
-def baseline_cache_key(task: Task, model_digest: str, limit: int | None) -> str:
-    return baseline_key(task.name, model_digest, cache_version(task, limit))
+def baseline_cache_key(
+    task: Task, model_digest: str, limit: int | None, heldout_digest: str | None = None
+) -> str:
+    """The cache key; with `heldout_digest` (local mode) the held-out data's tree digest is in it."""
+    if heldout_digest is None:
+        return baseline_key(task.name, model_digest, cache_version(task, limit))
+    return baseline_data_key(task.name, model_digest, cache_version(task, limit), heldout_digest)
 
 
 def baseline_submission_manifest(tree: TreeRecord, digest: str, base_name: str) -> SubmissionManifest:
@@ -66,28 +81,41 @@ def evaluate_baseline(
     *,
     options: EvalOptions,
     base_name: str | None = None,
+    cache_mac_key: bytes | None = None,
 ) -> ResultRecord:
     """Score the base model (from the cache when possible) and record it as submission 0.
 
-    Returns the run's result.json content plus `cached`.
+    Returns the run's result.json content plus `cached` (and `cache_problem` when a cache entry
+    failed its integrity check). With `cache_mac_key` (local mode) the cache is keyed by the
+    held-out data's digest too, and entries are signed and checked with it.
     """
     check_heldout(heldout_dir)
     tree: TreeManifest = hash_tree(model_dir)
     digest = tree.digest
-    key = baseline_cache_key(task, digest, options.limit)
+    heldout_digest = hash_tree(heldout_dir).digest if cache_mac_key is not None else None
+    key = baseline_cache_key(task, digest, options.limit, heldout_digest)
     write_record(
         store,
         layout.submission_manifest(BASELINE_INDEX),
         baseline_submission_manifest(TreeRecord.of(tree), digest, base_name or model_dir.name),
     )
     entry = read_record(store, key, BaselineEntry) if store.exists(key) else None
-    if entry is not None:
-        details = entry.details
+    problem: str | None = None
+    if entry is not None and cache_mac_key is not None and not entry.verified(cache_mac_key, key):
+        problem = f"the baseline cache entry {store.url_for(key)} failed its integrity check"
+        log.warning("%s: not used; evaluating the base model again", problem)
+        entry = None
+    if entry is not None and entry.score is not None:
+        details: list[dict[str, Any]] = []  # the cache keeps no per-item details
         result = entry.result(digest)
     else:
         fields, details = evaluate_model_dir(task, model_dir, heldout_dir, options)
-        result = fields.model_copy(update={"index": BASELINE_INDEX, "model_digest": digest, "cached": False})
+        update: dict[str, Any] = {"index": BASELINE_INDEX, "model_digest": digest, "cached": False}
+        if problem is not None:
+            update["cache_problem"] = problem
+        result = fields.model_copy(update=update)
         if result.error is None:
-            write_record(store, key, BaselineEntry.of(result, details))
+            fresh = BaselineEntry.of(result)
+            write_record(store, key, fresh if cache_mac_key is None else fresh.signed(cache_mac_key, key))
     write_result(store, layout, BASELINE_INDEX, result, details)
     return result

@@ -53,6 +53,7 @@ def local_dispatcher(config: RecorderConfig, store: ObjectStore) -> LocalDispatc
         backend=config.eval_backend,
         limit=config.eval_limit,
         timeout_s=config.eval_timeout_s,
+        key=config.run_key,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -52,6 +52,9 @@ class RecorderConfig:
     run_uid: str | None = None
     spool_dir: Path | None = None  # None: $TMPDIR/a2rl-spool/<run prefix>
     store_retry_timeout_s: float = DEFAULT_STORE_RETRY_TIMEOUT_S
+    #: Local mode: the run's integrity key (results are sealed and checked with it); it comes
+    #: through stdin (`A2RL_RUN_KEY_SOURCE=stdin`), never the environment. None: no checks.
+    run_key: bytes | None = field(default=None, repr=False)
 
     @property
     def deadline(self) -> float:

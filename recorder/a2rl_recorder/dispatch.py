@@ -4,7 +4,10 @@
 content of `submissions/<n>/result.json`, or `ResultRecord.failure` when there is none). A failed
 dispatch is recorded in `submissions/<n>/dispatch.json` (a `DispatchRecord`).
 `LocalDispatcher` (local mode) runs the grader's crash-isolated
-eval process `a2rl eval submission …` and reads the result it wrote to the store. A crashed,
+eval process `a2rl eval submission …`; the result is the one the process printed on its stdout
+(a pipe the agent cannot write to), the same it wrote to the store. With the run's key the
+dispatcher seals that result (`a2rl.records.result.seal_result`), so a result.json rewritten in
+the store afterwards (or before it was read) is detected by every reader. A crashed,
 killed or timed-out eval process becomes a result with an `error` and a null score — never an
 exception in the recorder. Cluster mode: `a2rl_recorder.cluster_dispatch.ClusterDispatcher` (a
 BenchSubmission per submission; same protocol, plus `result(index)` for scores from its status).
@@ -12,6 +15,7 @@ BenchSubmission per submission; same protocol, plus `result(index)` for scores f
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -24,7 +28,7 @@ from typing import Protocol
 from a2rl.launch import OFFLINE_ENV, kill_group, start_a2rl
 from a2rl.records.base import read_record, write_record
 from a2rl.records.dispatch import DispatchRecord
-from a2rl.records.result import ResultRecord
+from a2rl.records.result import ResultRecord, seal_result
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.tracing import current_trace_env
@@ -53,6 +57,7 @@ class LocalDispatcher:
         limit: int | None = None,
         timeout_s: float = 7200.0,
         python: str = sys.executable,
+        key: bytes | None = None,
     ) -> None:
         self.store = store
         self.layout = layout
@@ -62,6 +67,7 @@ class LocalDispatcher:
         self.limit = limit
         self.timeout_s = timeout_s
         self.python = python
+        self._key = key
         self._proc: subprocess.Popen[bytes] | None = None
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
@@ -91,47 +97,60 @@ class LocalDispatcher:
         log_key = self.layout.log(f"eval-{index:05d}")
         with tempfile.TemporaryDirectory(prefix="a2rl-eval-log-") as tmp:
             log_path = Path(tmp) / "eval.log"
-            exit_code, problem = self._run(index, log_path)
+            exit_code, problem, printed = self._run(index, log_path)
             try:
                 self.store.put_file(log_key, log_path)
             except Exception:
                 log.exception("could not store the eval log of submission %d", index)
-        result = read_record(self.store, self.layout.submission_result(index), ResultRecord)
+        if printed is not None and exit_code == 0 and problem is None:
+            result: ResultRecord | None = printed
+        elif self._key is None:
+            result = read_record(self.store, self.layout.submission_result(index), ResultRecord)
+        else:
+            result = None  # nothing the eval process reported: the store's copy is not trusted
         if result is None:
             error = problem or f"evaluation process exited with code {exit_code} without writing a result"
             failed = DispatchRecord.failed(index, error, exit_code, log_key)
             write_record(self.store, self.layout.submission_dispatch(index), failed)
             return ResultRecord.failure(index, self.task, error)
+        if self._key is not None:
+            seal_result(self.store, self.layout, index, result, self._key)
         return result
 
-    def _run(self, index: int, log_path: Path) -> tuple[int | None, str | None]:
-        """(exit code, problem) of one eval process; the problem is None when it ran normally."""
+    def _run(self, index: int, log_path: Path) -> tuple[int | None, str | None, ResultRecord | None]:
+        """(exit code, problem, printed result) of one eval process; the problem is None when it
+        ran normally. Its stderr goes to `log_path`, its stdout (the result line) too, at the end."""
         if self._cancelled.is_set():
-            return None, "evaluation cancelled: the run is ending"
+            return None, "evaluation cancelled: the run is ending", None
         with log_path.open("wb") as out:
             try:
                 proc = start_a2rl(
                     self.command(index),
-                    stdout=out,
+                    stdout=subprocess.PIPE,
+                    stderr=out,
                     python=self.python,
                     # current_trace_env: the eval process's spans are children of "dispatch"
                     env={**os.environ, **OFFLINE_ENV, "PYTHONUNBUFFERED": "1", **current_trace_env()},
                 )
             except OSError as exc:
-                return None, f"evaluation process could not start: {exc}"
+                return None, f"evaluation process could not start: {exc}", None
             with self._lock:
                 self._proc = proc
+            problem: str | None = None
             try:
-                code = proc.wait(timeout=self.timeout_s)
+                stdout, _ = proc.communicate(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
                 kill_group(proc, KILL_GRACE_S)
-                return proc.returncode, f"evaluation timed out after {self.timeout_s:.0f} s"
+                stdout, _ = proc.communicate()
+                problem = f"evaluation timed out after {self.timeout_s:.0f} s"
             finally:
                 with self._lock:
                     self._proc = None
-        if self._cancelled.is_set() and code != 0:
-            return code, "evaluation cancelled: the run is ending"
-        return code, None
+            out.write(stdout or b"")
+        code = proc.returncode
+        if problem is None and self._cancelled.is_set() and code != 0:
+            problem = "evaluation cancelled: the run is ending"
+        return code, problem, _printed_result(stdout or b"")
 
     def cancel(self) -> None:
         """Kill the running eval process (shutdown after the drain timeout); later calls fail fast."""
@@ -140,3 +159,18 @@ class LocalDispatcher:
             proc = self._proc
         if proc is not None:
             kill_group(proc, KILL_GRACE_S)
+
+
+def _printed_result(stdout: bytes) -> ResultRecord | None:
+    """The result the eval process printed (its last JSON object line), if any."""
+    for line in reversed(stdout.decode(errors="replace").strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            try:
+                return ResultRecord.from_json(value)
+            except ValueError:
+                return None
+    return None

@@ -24,7 +24,7 @@ from typing import Any
 from a2rl.constants import BASELINE_INDEX
 from a2rl.records.base import write_record
 from a2rl.records.dispatch import DispatchRecord
-from a2rl.records.result import ResultRecord
+from a2rl.records.result import ResultRecord, seal_result
 from a2rl.records.submission import SnapshotInfo, SubmissionManifest
 from a2rl.records.times import iso_utc
 from a2rl.records.tree import TreeRecord
@@ -70,7 +70,7 @@ class Recorder:
             known=self.known,
             digests=self.digests,
         )
-        self.state = RunState(store, self.layout, getattr(dispatcher, "result", None))
+        self.state = RunState(store, self.layout, getattr(dispatcher, "result", None), key=config.run_key)
         self._alloc_lock = threading.Lock()
         self._eval_lock = threading.Lock()
         self._busy = threading.Condition()
@@ -270,16 +270,20 @@ class Recorder:
         return reply
 
     def _result_for(self, index: int, identical: bool, digest: str) -> ResultRecord:
+        key = self.config.run_key
         if identical:
-            baseline = self.state.baseline_record()
-            if baseline is not None:
+            baseline = self.state.baseline_record()  # checked against its seal when there is a key
+            if baseline is not None and not baseline.tampered:
                 # Same bytes as the base model: its score is the baseline's; no need to evaluate.
                 copied = baseline.model_copy(
                     update={"index": index, "model_digest": digest, "copied_from_baseline": True}
                 )
                 write_record(self.store, self.layout.submission_result(index), copied)
+                if key is not None:
+                    seal_result(self.store, self.layout, index, copied, key)
                 return copied
         with self._eval_lock:
+            self.state.evaluating.add(index)  # its result.json exists before its seal does
             try:
                 return self.dispatcher.evaluate(index)
             except Exception as exc:  # the dispatcher's own bug must not take the recorder down
@@ -288,6 +292,8 @@ class Recorder:
                 failed = DispatchRecord.failed(index, error, None, None)
                 write_record(self.store, self.layout.submission_dispatch(index), failed)
                 return ResultRecord.failure(index, self.config.task, error)
+            finally:
+                self.state.evaluating.discard(index)
 
     # --- an unreachable store -----------------------------------------------------------
 

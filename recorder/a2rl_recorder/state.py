@@ -6,6 +6,10 @@ result. Documents are read as `a2rl.records` models; an unreadable one counts as
 Best-of-budget: the best is the highest valid score, the earliest one on a tie.
 In cluster mode the operator's record of a result (the BenchSubmission status) comes first:
 `results(index)` supplies it, and the store's result.json is the fallback.
+
+With the run's key (local mode) a result.json counts only with a valid seal
+(`a2rl.records.result.checked_result`): one without is tampered, shown with its error and never
+scored; while the recorder is still sealing a fresh result (`evaluating`) it counts as pending.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 from a2rl.constants import BASELINE_INDEX
 from a2rl.records.base import read_record
 from a2rl.records.dispatch import DispatchRecord
-from a2rl.records.result import ResultRecord
+from a2rl.records.result import ResultRecord, checked_result
 from a2rl.records.submission import SubmissionManifest
 from a2rl.scores import Scored
 from a2rl.scores import summarize as summarize_scores
@@ -57,18 +61,32 @@ ResultSource = Callable[[int], ResultRecord | None]
 
 
 class RunState:
-    def __init__(self, store: ObjectStore, layout: RunLayout, results: ResultSource | None = None) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        layout: RunLayout,
+        results: ResultSource | None = None,
+        *,
+        key: bytes | None = None,
+    ) -> None:
         self.store = store
         self.layout = layout
         self.results = results
+        self.key = key
+        #: Submissions being evaluated now: their result.json may not be sealed yet.
+        self.evaluating: set[int] = set()
 
     def result(self, index: int) -> ResultRecord | None:
-        """Submission `index`'s result: from `results` first (cluster mode), else result.json."""
+        """Submission `index`'s result: from `results` first (cluster mode), else result.json
+        (checked against its seal when the run has a key)."""
         if self.results is not None:
             found = self.results(index)
             if found is not None:
                 return found
-        return read_record(self.store, self.layout.submission_result(index), ResultRecord)
+        result = checked_result(self.store, self.layout, index, self.key)
+        if result is not None and result.tampered and index in self.evaluating:
+            return None  # written, not sealed yet
+        return result
 
     def indices(self) -> list[int]:
         """Indices with a recorded manifest (submission numbers in use)."""

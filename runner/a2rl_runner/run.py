@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -32,11 +32,12 @@ from a2rl.api.load import load_benchrun
 from a2rl.constants import BASELINE_INDEX, COMPONENT_RUNNER, ENV_RECORDER_DRAIN_TIMEOUT, LOCAL_NAMESPACE
 from a2rl.contracts import env as envs
 from a2rl.errors import A2rlError
+from a2rl.integrity import new_key
 from a2rl.launch import run_a2rl
 from a2rl.models.resolve import resolve_base_model
-from a2rl.records.base import load_record, read_record, write_record
+from a2rl.records.base import load_record, write_record
 from a2rl.records.report import ReportRecord
-from a2rl.records.result import ResultRecord
+from a2rl.records.result import ResultRecord, checked_result, seal_result, tampered_line
 from a2rl.records.run import run_record
 from a2rl.scores import Scored, ScoreSummary
 from a2rl.scores import summarize as summarize_scores
@@ -101,6 +102,9 @@ class _Prepared:
     train_dir: Path
     argv: list[str]
     logs_dir: Path
+    #: The run's integrity key (`a2rl.integrity`): held by the runner and, through a pipe, the
+    #: recorder only; results and the baseline are sealed with it and checked on every read.
+    run_key: bytes | None = field(default=None, repr=False)
     baseline: ResultRecord | None = None
     workspace: Workspace | None = None
 
@@ -209,6 +213,7 @@ def prepare(
         train_dir=staged.train_dir,
         argv=argv,
         logs_dir=paths.home() / "logs" / f"{run_name}-{uid}",
+        run_key=new_key(),
     )
     _write_run_json(prep)
     say(f"[a2rl] run {layout.prefix} in {store.uri}")
@@ -263,6 +268,10 @@ def _baseline(prep: _Prepared, say: Callable[[str], None]) -> ResultRecord:
         if printed is not None
         else load_record(prep.store, prep.layout.submission_result(BASELINE_INDEX), ResultRecord)
     )
+    if prep.run_key is not None:  # before the agent starts: what the baseline eval reported
+        seal_result(prep.store, prep.layout, BASELINE_INDEX, result, prep.run_key)
+    if result.cache_problem:
+        say(f"[a2rl] warning: {result.cache_problem}; the base model was evaluated again")
     if result.score is None:
         say(f"[a2rl] warning: the base model could not be scored: {result.error}")
     else:
@@ -308,6 +317,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         | current_trace_env(),  # the recorder's spans are children of the run's root span
         port,
         prep.logs_dir / "recorder.log",
+        run_key=prep.run_key,
     )
     launch = AgentLaunch(
         argv=prep.argv,
@@ -452,9 +462,12 @@ def _upload_logs(prep: _Prepared) -> None:
 
 
 def _report(prep: _Prepared, say: Callable[[str], None]) -> tuple[ReportRecord | None, str | None]:
+    for index, result in _checked_results(prep):
+        if result.tampered:
+            say(f"[a2rl] warning: {tampered_line(index)}")
     say("[a2rl] writing the report")
     try:
-        report = write_report(prep.store, prep.layout)
+        report = write_report(prep.store, prep.layout, run_key=prep.run_key)
     except Exception as exc:  # the run is recorded; a report bug must not hide it
         say(f"[a2rl] warning: the report could not be written: {type(exc).__name__}: {exc}")
         return None, None
@@ -466,13 +479,10 @@ def _report(prep: _Prepared, say: Callable[[str], None]) -> tuple[ReportRecord |
 
 
 def _final_scores(prep: _Prepared) -> ScoreSummary:
-    """Scores from the results in the store (the source of truth), not from the recorder's memory."""
+    """Scores from the results in the store (the source of truth), not from the recorder's memory;
+    each checked against its seal (a tampered one is never scored)."""
     keys = list(prep.store.list(prep.layout.submissions))
-    scored = []
-    for key in keys:
-        result = read_record(prep.store, key, ResultRecord) if key.endswith("/result.json") else None
-        if result is not None and result.index is not None:
-            scored.append(Scored(result.index, result.score))
+    scored = [Scored(index, result.score) for index, result in _checked_results(prep, keys)]
     manifests = sum(1 for k in keys if k.endswith("/manifest.json"))
     summary = summarize_scores(scored)
     # A submission whose evaluation never finished has a manifest but no result: still counted.
@@ -487,6 +497,19 @@ def _final_scores(prep: _Prepared) -> ScoreSummary:
             valid_submissions=summary.valid_submissions,
         )
     return summary
+
+
+def _checked_results(prep: _Prepared, keys: list[str] | None = None) -> list[tuple[int, ResultRecord]]:
+    """(index, result) of every result.json, the index from its key, checked with the run's key."""
+    found = []
+    base = prep.layout.submissions + "/"
+    for key in keys if keys is not None else prep.store.list(prep.layout.submissions):
+        number, _, name = key[len(base) :].partition("/") if key.startswith(base) else ("", "", "")
+        if name == "result.json" and number.isdigit():
+            result = checked_result(prep.store, prep.layout, int(number), prep.run_key)
+            if result is not None:
+                found.append((int(number), result))
+    return found
 
 
 @contextlib.contextmanager

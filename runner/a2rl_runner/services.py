@@ -1,4 +1,9 @@
-"""The recorder (grading API) of a local run, as a child process, and the HTTP calls the runner makes."""
+"""The recorder (grading API) of a local run, as a child process, and the HTTP calls the runner makes.
+
+The run's integrity key (`a2rl.integrity`) reaches the recorder through its stdin, one line,
+then the pipe is closed; `A2RL_RUN_KEY_SOURCE=stdin` tells it to read it. The key is never in an
+environment (the agent may read /proc/<pid>/environ of same-user processes under --no-sandbox).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from a2rl.constants import ENV_RUN_KEY_SOURCE
 from a2rl.errors import A2rlError
+from a2rl.integrity import key_line
 from a2rl.launch import kill_group, start_a2rl
 
 HEALTH_TIMEOUT_S = 60.0
@@ -42,11 +49,16 @@ def last_line(path: Path) -> str:
 class RecorderProcess:
     """`a2rl recorder serve` as a child process in its own session (Ctrl-C does not reach it)."""
 
-    def __init__(self, env: Mapping[str, str], port: int, log_path: Path) -> None:
+    def __init__(
+        self, env: Mapping[str, str], port: int, log_path: Path, *, run_key: bytes | None = None
+    ) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
         self._env = dict(env)
+        self._run_key = run_key
+        if run_key is not None:
+            self._env[ENV_RUN_KEY_SOURCE] = "stdin"
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -59,7 +71,20 @@ class RecorderProcess:
     def start(self, health_timeout: float = HEALTH_TIMEOUT_S) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            self._proc = start_a2rl(["recorder", "serve"], env=self._env, stdout=log)
+            if self._run_key is None:
+                self._proc = start_a2rl(["recorder", "serve"], env=self._env, stdout=log)
+            else:
+                # The run's key goes through a pipe: a same-user agent can read environments
+                # (/proc/<pid>/environ), not another process's stdin.
+                self._proc = start_a2rl(
+                    ["recorder", "serve"], env=self._env, stdout=log, stdin=subprocess.PIPE
+                )
+                assert self._proc.stdin is not None
+                try:
+                    self._proc.stdin.write(key_line(self._run_key))
+                    self._proc.stdin.close()
+                except OSError:
+                    pass  # it exited already: reported below
         end = time.monotonic() + health_timeout
         while time.monotonic() < end:
             code = self._proc.poll()

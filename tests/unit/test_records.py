@@ -210,7 +210,7 @@ def test_result_helpers_match_the_old_dicts() -> None:
 def test_baseline_entry_and_cached_result() -> None:
     result = ResultRecord.from_json({**RESULT, "index": 0, "cached": False})
     entry = BaselineEntry.of(result, [{"item": 1}])
-    assert entry.to_json() == {**RESULT, "index": 0, "details": [{"item": 1}]}  # no "cached"
+    assert entry.to_json() == {**RESULT, "index": 0}  # no "cached", no per-item details (gold answers)
     assert entry.result(D2).to_json() == {**RESULT, "index": 0, "model_digest": D2, "cached": True}
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from a2rl.constants import BASELINE_INDEX
 from a2rl.records.base import read_record
-from a2rl.records.result import ResultRecord
+from a2rl.records.result import ResultRecord, checked_result
 from a2rl.records.revision import CodeRevision
 from a2rl.records.submission import SubmissionManifest
 from a2rl.records.tree import TreeRecord
@@ -178,8 +178,11 @@ class RunHistory:
         return None
 
 
-def load_history(store: ObjectStore, layout: RunLayout) -> RunHistory:
-    """Read run.json, every submission and every revision of the run at `layout`."""
+def load_history(store: ObjectStore, layout: RunLayout, *, run_key: bytes | None = None) -> RunHistory:
+    """Read run.json, every submission and every revision of the run at `layout`.
+
+    With `run_key` (the run's integrity key), a result.json without a valid seal is tampered:
+    its submission has the error `TAMPERED_ERROR` and no score (`result.checked_result`)."""
     run = read_run_info(store, layout)
     manifests: dict[int, SubmissionManifest | None] = {}
     results: dict[int, ResultRecord | None] = {}
@@ -191,7 +194,7 @@ def load_history(store: ObjectStore, layout: RunLayout) -> RunHistory:
         if match.group(2) == "manifest":
             manifests[index] = read_record(store, key, SubmissionManifest)
         else:
-            results[index] = read_record(store, key, ResultRecord)
+            results[index] = checked_result(store, layout, index, run_key)
     subs = [
         Submission.from_records(index, manifests.get(index), results.get(index))
         for index in sorted(manifests.keys() | results.keys())

@@ -6,7 +6,9 @@ import html
 from pathlib import Path
 from typing import Any
 
+from a2rl.constants import BASELINE_INDEX
 from a2rl.records.report import ReportRecord, ReportTimeline
+from a2rl.records.result import TAMPERED_ERROR, tampered_line
 from a2rl_grader.report.history import RunHistory
 from a2rl_grader.report.metrics import baseline_score, best_submission, origin, seconds_since
 
@@ -164,10 +166,23 @@ TIMELINE_HEADER = ["step", "service", "start s", "duration s", "status", "spans 
 REVISION_HEADER = ["rev", "min", "reason", "files", "vs previous", "bytes", "paths"]
 
 
+def integrity_lines(report: ReportRecord) -> list[str]:
+    """One line per result that failed its integrity check (`a2rl.records.result`): not scored."""
+    lines = []
+    if report.baseline is not None and report.baseline.error == TAMPERED_ERROR:
+        lines.append(tampered_line(BASELINE_INDEX))
+    for sub in report.submissions:
+        if sub.error == TAMPERED_ERROR and sub.index is not None:
+            lines.append(tampered_line(sub.index))
+    return lines
+
+
 def render_markdown(report: ReportRecord) -> str:
     run = report.run
     lines = [f"# Run report: {run.name} ({run.prefix})", ""]
     lines += ["## Summary", "", *_table(["", ""], summary_rows(report)), ""]
+    if integrity_lines(report):
+        lines += ["## Integrity", "", *(f"- {line}" for line in integrity_lines(report)), ""]
     lines += ["## Submissions", ""]
     if report.submissions:
         lines += ["Minutes are counted from the start of the agent's clock.", ""]
@@ -217,6 +232,7 @@ def render_html(report: ReportRecord, png_name: str = "trajectory.png") -> str:
         f"<style>{_CSS}</style></head><body><h1>{title}</h1>",
         "<h2>Summary</h2>",
         _html_table(["", ""], summary_rows(report)),
+        "".join(f"<p class='integrity'>{html.escape(line)}</p>" for line in integrity_lines(report)),
         f"<img src='{html.escape(png_name, quote=True)}' alt='score trajectory'>",
         "<h2>Submissions</h2>",
         _html_table(SUBMISSION_HEADER, submission_table_rows(report))

@@ -28,8 +28,12 @@ def report_key(layout: RunLayout, name: str) -> str:
     return f"{layout.report_dir}/{name}"
 
 
-def write_report(store: ObjectStore, layout: RunLayout) -> ReportRecord:
+def write_report(store: ObjectStore, layout: RunLayout, *, run_key: bytes | None = None) -> ReportRecord:
     """Load the run's history, build the report, write report.{json,md,html} and trajectory.png.
+
+    With the run's integrity key (`run_key`, local mode's runner) every result is checked against
+    its seal; a tampered one is reported as such and not scored. Without it (cluster mode; a
+    report rebuilt later by `a2rl report`) results are taken as stored.
 
     The PNG and pages are written before report.json, so a reader that finds report.json finds
     the rest of the same generation. The run's spans are merged into `traces.jsonl` first (the
@@ -40,7 +44,7 @@ def write_report(store: ObjectStore, layout: RunLayout) -> ReportRecord:
     try:
         with tracing.span("report"):
             spans = merge_traces(store, layout)
-            history = load_history(store, layout)
+            history = load_history(store, layout, run_key=run_key)
             report = build_report(history, spans)
             with tempfile.TemporaryDirectory(prefix="a2rl-report-") as tmp:
                 png = Path(tmp) / TRAJECTORY_PNG
