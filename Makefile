@@ -4,16 +4,20 @@ VENV := .venv
 PY := $(VENV)/bin/python
 A2RL := $(VENV)/bin/a2rl
 
-.PHONY: venv demo test test-unit lint typecheck crds lock testenv clean
+.PHONY: venv sandbox-deps demo test test-unit lint typecheck crds lock testenv clean
 
 venv:
 	@hack/venv
 
-demo: venv
+# bubblewrap, the local sandbox of `a2rl run` (docs/local-mode.md)
+sandbox-deps:
+	@hack/sandbox-deps
+
+demo: venv sandbox-deps
 	$(A2RL) run examples/arith-sft.yaml
 	$(A2RL) report --latest
 
-test: venv
+test: venv sandbox-deps
 	hack/testenv build
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
@@ -22,7 +26,7 @@ test: venv
 	$(PY) -m pytest tests
 
 # The unit tier alone (no control plane, no MinIO, no training): a few minutes.
-test-unit: venv
+test-unit: venv sandbox-deps
 	$(PY) -m pytest tests/unit
 
 lint: venv

@@ -83,6 +83,7 @@ ENV_RUN_NAME: Final = "A2RL_RUN_NAME"
 ENV_RUN_NAMESPACE: Final = "A2RL_RUN_NAMESPACE"
 ENV_RUN_UID: Final = "A2RL_RUN_UID"
 ENV_RECORDER_PORT: Final = "A2RL_RECORDER_PORT"
+ENV_RECORDER_SOCKET: Final = "A2RL_RECORDER_SOCKET"  # also serve the grading API on this Unix socket
 ENV_HELDOUT_PATH: Final = "A2RL_HELDOUT_PATH"
 ENV_CACHE_DIR: Final = "A2RL_CACHE_DIR"
 #: "stdin": the recorder reads the run's integrity key from its stdin (never from its environment).
@@ -92,6 +93,7 @@ ENV_RUN_KEY_SOURCE: Final = "A2RL_RUN_KEY_SOURCE"
 ENV_HELDOUT_SECRET_FILE: Final = "A2RL_HELDOUT_SECRET_FILE"
 # Marks every process of an agent session so the runner can find detached descendants.
 ENV_AGENT_SESSION: Final = "A2RL_AGENT_SESSION"
+ENV_BWRAP: Final = "A2RL_BWRAP"  # bubblewrap binary for the local sandbox (default: bwrap on PATH)
 ENV_S3_ENDPOINT: Final = "AWS_ENDPOINT_URL"
 ENV_S3_ACCESS_KEY: Final = "AWS_ACCESS_KEY_ID"
 ENV_S3_SECRET_KEY: Final = "AWS_SECRET_ACCESS_KEY"
@@ -122,6 +124,7 @@ BASELINE_INDEX: Final = 0
 
 # --- recorder tuning (optional; defaults in a2rl_recorder.config) ------------------------------
 ENV_MAX_MODEL_BYTES: Final = "A2RL_MAX_MODEL_BYTES"  # submit size limit (default 50 GiB)
+ENV_MAX_RUN_STORED_BYTES: Final = "A2RL_MAX_RUN_STORED_BYTES"  # new blob bytes per run (200 GiB; 0: no cap)
 ENV_RECORDER_DRAIN_TIMEOUT: Final = "A2RL_RECORDER_DRAIN_TIMEOUT"  # s to finish an in-flight eval on SIGTERM
 ENV_CODE_POLL_INTERVAL: Final = "A2RL_CODE_POLL_INTERVAL"  # s between looks at code/
 ENV_CODE_DEBOUNCE: Final = "A2RL_CODE_DEBOUNCE"  # s code/ must stay unchanged before a revision

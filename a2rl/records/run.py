@@ -58,6 +58,9 @@ class RunRecord(Record):
     agent_exit_code: int | None = None
     evaluator_version: str | None = None
     mode: str | None = None
+    #: What isolated the agent: e.g. "bubblewrap 0.8.0" (local sandbox), "pod" (cluster), or
+    #: "none" (`a2rl run --no-sandbox`: the report warns).
+    sandbox: str | None = None
 
 
 def run_record(
@@ -71,6 +74,7 @@ def run_record(
     end_reason: str | None = None,
     agent_exit_code: int | None = None,
     mode: str = "local",
+    sandbox: str | None = None,
 ) -> RunRecord:
     """The run.json document of the shared contract (times are epoch seconds in, ISO 8601 out)."""
     spec = run.spec
@@ -95,4 +99,5 @@ def run_record(
         agent_exit_code=agent_exit_code,
         evaluator_version=evaluator_version,
         mode=mode,
+        sandbox=sandbox,
     )

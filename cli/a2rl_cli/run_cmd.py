@@ -1,10 +1,25 @@
-"""`a2rl run FILE`: run a BenchRun on this machine (local mode)."""
+"""`a2rl run FILE`: run a BenchRun on this machine (local mode).
+
+Every user mistake is one line on stderr and exit 2, before anything starts. An agent that could
+not be started at all (its working directory or command missing, not executable) is reported in
+one line on stderr too, `--quiet` or not; the run itself is recorded as failed (exit 1).
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from a2rl.errors import A2rlError, InvalidDocumentError
+
+if TYPE_CHECKING:
+    from a2rl_runner.run import RunOutcome
+
+#: How the runner (supervisor or sandbox relay) and bubblewrap report an agent they could not start.
+_START_FAILURES = ("a2rl: cannot start agent command", "bwrap: ")
+_START_FAILURE_LINES = 20
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print only errors (no progress, no agent output, no summary)",
     )
+    parser.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run the agent without the local sandbox (bubblewrap namespaces): it then runs as you and "
+        "can read your files, the held-out data and the store; the run and its report say so",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -41,8 +62,56 @@ def _run(args: argparse.Namespace) -> int:
     from a2rl_runner.run import run_benchrun
 
     try:
-        outcome = run_benchrun(args.file, store_uri=args.store, name=args.name, progress=not args.quiet)
+        outcome = run_benchrun(
+            args.file,
+            store_uri=args.store,
+            name=args.name,
+            progress=not args.quiet,
+            sandbox=not args.no_sandbox,
+        )
     except InvalidDocumentError as exc:
         # One line, even when the document has several problems.
         raise A2rlError(f"{exc.source}: {'; '.join(exc.problems)}") from None
+    reason = _start_failure(Path(args.file), outcome)
+    if reason is not None:
+        print(f"a2rl: error: the agent could not be started: {reason}", file=sys.stderr, flush=True)
     return outcome.exit_status
+
+
+def _start_failure(file: Path, outcome: RunOutcome) -> str | None:
+    """Why the agent never started (None when it did): the runner writes the reason into the
+    agent's log only, which `--quiet` does not show."""
+    from a2rl import paths
+
+    if outcome.interrupted or outcome.agent_exit_code in (0, None):
+        return None
+    log = paths.home() / "logs" / f"{outcome.name}-{outcome.uid}" / "agent.log"
+    try:
+        with log.open(encoding="utf-8", errors="replace") as f:
+            head = [f.readline().rstrip("\n") for _ in range(_START_FAILURE_LINES)]
+    except OSError:
+        return None
+    line = next((x for x in head if x.startswith(_START_FAILURES)), None)
+    if line is None:
+        return None
+    missing_dir = _missing_working_dir(file, outcome.workspace)
+    if missing_dir is not None:
+        return missing_dir
+    return line.removeprefix("a2rl: ").removeprefix("bwrap: ")
+
+
+def _missing_working_dir(file: Path, workspace: Path) -> str | None:
+    from a2rl.api.load import load_benchrun
+    from a2rl.contracts.env import agent_cwd
+    from a2rl.workspace import Workspace
+
+    try:
+        spec = load_benchrun(file).spec
+    except A2rlError:
+        return None
+    cwd = agent_cwd(spec, Workspace.for_base_model(workspace, spec.base_model.name))
+    if cwd.is_dir():
+        return None
+    return (
+        f"its working directory spec.agent.workingDir={spec.agent.working_dir!r} is not a directory ({cwd})"
+    )

@@ -29,7 +29,15 @@ from a2rl_tasks.staging import stage_cached
 from a2rl import paths
 from a2rl.api.benchrun import BenchRun
 from a2rl.api.load import load_benchrun
-from a2rl.constants import BASELINE_INDEX, COMPONENT_RUNNER, ENV_RECORDER_DRAIN_TIMEOUT, LOCAL_NAMESPACE
+from a2rl.constants import (
+    BASELINE_INDEX,
+    COMPONENT_RUNNER,
+    ENV_RECORDER_DRAIN_TIMEOUT,
+    ENV_RECORDER_SOCKET,
+    LOCAL_NAMESPACE,
+    WS_DESCRIPTION,
+    WS_INSTRUCTIONS,
+)
 from a2rl.contracts import env as envs
 from a2rl.errors import A2rlError
 from a2rl.integrity import new_key
@@ -44,6 +52,7 @@ from a2rl.scores import summarize as summarize_scores
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import hash_tree
 from a2rl.store.layout import RunLayout
+from a2rl.store.local import LocalStore
 from a2rl.store.open import open_store
 from a2rl.tracing import ATTR_SUBMISSION_INDEX, Tracing, current_trace_env, installed, merge_traces, span
 from a2rl.workspace import (
@@ -54,6 +63,7 @@ from a2rl.workspace import (
     update_run_meta,
 )
 from a2rl_runner.printing import fmt_score, progress_line, summarize, summary_lines
+from a2rl_runner.sandbox.setup import Bubblewrap, RunSandbox, check_bubblewrap
 from a2rl_runner.services import RecorderProcess, free_port, last_line
 from a2rl_runner.supervisor import FAILED, AgentLaunch, AgentOutcome, AgentSupervisor
 
@@ -64,6 +74,12 @@ RECORDER_DRAIN_DEFAULT_S = 1800.0
 RECORDER_STOP_MARGIN_S = 120.0
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LOG_COMPONENTS = ("baseline", "recorder", "agent")
+#: run.json's `sandbox` when the agent ran unisolated.
+NO_SANDBOX = "none"
+NO_SANDBOX_WARNING = (
+    "[a2rl] warning: --no-sandbox: the agent runs as you, unisolated: it can read the held-out data, "
+    "the store and your files, and its processes may outlive the run. Never for untrusted agents."
+)
 
 
 @dataclass(frozen=True)
@@ -105,8 +121,14 @@ class _Prepared:
     #: The run's integrity key (`a2rl.integrity`): held by the runner and, through a pipe, the
     #: recorder only; results and the baseline are sealed with it and checked on every read.
     run_key: bytes | None = field(default=None, repr=False)
+    #: The local sandbox's bubblewrap; None with `--no-sandbox`.
+    bwrap: Bubblewrap | None = None
     baseline: ResultRecord | None = None
     workspace: Workspace | None = None
+
+    @property
+    def sandbox_label(self) -> str:
+        return self.bwrap.version if self.bwrap is not None else NO_SANDBOX
 
 
 class _Printer:
@@ -125,9 +147,11 @@ def run_benchrun(
     store_uri: str | None = None,
     name: str | None = None,
     progress: bool = True,
+    sandbox: bool = True,
 ) -> RunOutcome:
     """Run a BenchRun (a YAML file or a validated model) locally and return what happened.
 
+    The agent runs in the local sandbox (`a2rl_runner.sandbox`) unless `sandbox` is False.
     Raises `A2rlError` for every user mistake before anything is started."""
     say = _Printer(progress)
     run = load(path_or_model)
@@ -136,7 +160,7 @@ def run_benchrun(
     prep: _Prepared | None = None
     try:
         with _sigterm_as_interrupt(), installed(tracing), tracing.span("benchrun") as root:
-            prep = prepare(run, store_uri=store_uri, name=name, say=say)
+            prep = prepare(run, store_uri=store_uri, name=name, say=say, sandbox=sandbox)
             tracing.bind(prep.store, prep.layout.prefix)
             root.set_attributes({"a2rl.run.name": prep.layout.name, "a2rl.run.uid": prep.layout.uid})
             return execute(prep, say=say, progress=progress)
@@ -185,11 +209,17 @@ def open_writable_store(uri: str | None) -> ObjectStore:
 
 # --- preparation: everything that can fail because of the user's input --------------------------
 def prepare(
-    run: BenchRun, *, store_uri: str | None, name: str | None, say: Callable[[str], None]
+    run: BenchRun,
+    *,
+    store_uri: str | None,
+    name: str | None,
+    say: Callable[[str], None],
+    sandbox: bool = True,
 ) -> _Prepared:
 
     spec = run.spec
     run_name = check_run_name(name or run.metadata.name)
+    bwrap = check_bubblewrap() if sandbox else None
     task = get_task(spec.task, envs.eval_environ(spec))  # its evaluator version names the judge
     argv = envs.resolve_agent_argv(list(spec.agent.command), list(spec.agent.args))
     store = open_writable_store(store_uri or spec.store.uri)
@@ -214,6 +244,7 @@ def prepare(
         argv=argv,
         logs_dir=paths.home() / "logs" / f"{run_name}-{uid}",
         run_key=new_key(),
+        bwrap=bwrap,
     )
     _write_run_json(prep)
     say(f"[a2rl] run {layout.prefix} in {store.uri}")
@@ -298,7 +329,16 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
     spec = prep.run.spec
     budget = spec.budget.wall_time_seconds
     port = free_port()
-    grading_url = f"http://127.0.0.1:{port}"
+    grading_url = f"http://127.0.0.1:{port}"  # the same inside the sandbox (relayed)
+    cwd = envs.agent_cwd(spec, ws)
+    env = envs.agent_env(spec, ws, grading_url)
+    argv = prep.argv
+    sandbox = _sandbox(prep, port, cwd) if prep.bwrap is not None else None
+    if sandbox is not None:
+        argv, env = sandbox.wrap(argv), sandbox.agent_env(env)
+        say(f"[a2rl] sandbox: {prep.sandbox_label} (only the workspace and the grading API are visible)")
+    else:
+        say(NO_SANDBOX_WARNING)
 
     start = time.time()  # the agent's clock: recorder start-up counts against the budget
     update_run_meta(ws.root, start_time=start, timeout_s=budget)
@@ -314,17 +354,19 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
             base_model_digest=prep.model_digest,
             heldout_dir=prep.heldout_dir,
         )
+        | ({ENV_RECORDER_SOCKET: str(sandbox.api_socket)} if sandbox is not None else {})
         | current_trace_env(),  # the recorder's spans are children of the run's root span
         port,
         prep.logs_dir / "recorder.log",
         run_key=prep.run_key,
     )
     launch = AgentLaunch(
-        argv=prep.argv,
-        env=envs.agent_env(spec, ws, grading_url),
-        cwd=envs.agent_cwd(spec, ws),
+        argv=argv,
+        env=env,
+        cwd=ws.root if sandbox is not None else cwd,  # bubblewrap enters `cwd` itself
         log_path=prep.logs_dir / "agent.log",
         console_prefix="agent | " if progress else None,
+        sandboxed=sandbox is not None,
     )
     supervisor = AgentSupervisor(launch, protected=lambda: [p for p in (recorder.pid,) if p is not None])
     error: A2rlError | None = None
@@ -365,6 +407,8 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         # Whatever went wrong above, no process of this run outlives it.
         supervisor.stop(0)
         recorder.kill()
+        if sandbox is not None:
+            sandbox.cleanup()
     update_run_meta(ws.root, end_time=ended)
     _write_run_json(
         prep,
@@ -403,6 +447,23 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         scores=scores,
         report=report,
         report_uri=report_uri,
+    )
+
+
+def _sandbox(prep: _Prepared, port: int, cwd: Path) -> RunSandbox:
+    """The run's sandbox: the workspace (base model and data read-only) and the grading API."""
+    assert prep.bwrap is not None and prep.workspace is not None
+    ws = prep.workspace
+    store_root = [prep.store.root] if isinstance(prep.store, LocalStore) else []
+    return RunSandbox.create(
+        prep.bwrap,
+        workspace=ws.root,
+        read_only=[ws.model_dir.parent, ws.data_dir, ws.root / WS_DESCRIPTION, ws.root / WS_INSTRUCTIONS],
+        agent_argv=prep.argv,
+        cwd=cwd,
+        api_port=port,
+        scratch=ws.root.with_name(f"{ws.root.name}.scratch"),
+        private=[paths.home(), paths.cache_dir(), Path.home(), prep.heldout_dir, prep.logs_dir, *store_root],
     )
 
 
@@ -449,6 +510,7 @@ def _write_run_json(prep: _Prepared, **times: Any) -> None:
         prep.layout,
         base_model_digest=prep.model_digest,
         evaluator_version=prep.evaluator_version,
+        sandbox=prep.sandbox_label,
         **times,
     )
     write_record(prep.store, prep.layout.run_json, record)

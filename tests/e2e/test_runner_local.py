@@ -36,10 +36,8 @@ AGENT = (
     + SUBMIT_BASE_COPY
     + textwrap.dedent(
         """
-        with open(os.path.join(ws, "..", os.path.basename(ws) + ".pid"), "w") as f:
-            p = subprocess.Popen(["sleep", "1000"], start_new_session=True)
-            f.write(str(p.pid))
-        sys.stdout.flush()
+        subprocess.Popen(["sleep", "1000"], start_new_session=True)  # a detached leftover
+        print("agent: outside the workspace:", sorted(os.listdir(os.path.dirname(ws))), flush=True)
         time.sleep(1000)
         """
     )
@@ -98,10 +96,11 @@ def test_local_run_records_everything(
     meta = json.loads((ws / "run_meta.json").read_text())
     assert meta["timeout_s"] == 45 and meta["end_time"] is not None and meta["start_time"] is not None
 
-    # Nothing of the agent survives: the detached sleep and every marked process are gone.
-    pid = int((ws.parent / f"{ws.name}.pid").read_text())
-    info = procs.read_proc(pid)
-    assert info is None or info.zombie
+    # The agent ran in the sandbox: of the workspaces' directory it saw its own workspace only.
+    assert doc["sandbox"].startswith("bubblewrap")
+    assert f"agent: outside the workspace: ['{ws.name}']" in agent_log
+    # Nothing of the agent survives: the detached sleep (it carries the marker) and every marked
+    # process are gone.
     session = agent_log.split("agent: session=", 1)[1].split()[0]
     assert procs.marked(ENV_AGENT_SESSION, session, procs.snapshot()) == set()
     assert "agent | agent: submit ->" in out

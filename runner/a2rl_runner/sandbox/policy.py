@@ -87,13 +87,19 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, inner: Sequence[str]) -> list[
         argv += ["--dev-bind-try", str(device), str(device)]
     if policy.devices:  # CUDA reads PCI topology from /sys
         argv += ["--ro-bind-try", "/sys", "/sys"]
+    # Later mounts cover earlier ones: /tmp first, so that a toolchain file or the workspace
+    # under the host's /tmp still shows through.
+    argv += [
+        "--bind",
+        str(policy.scratch / "tmp"),
+        "/tmp",
+        "--bind",
+        str(policy.scratch / "home"),
+        AGENT_HOME,
+    ]
     for tool in _outermost(policy.toolchain):
         argv += ["--ro-bind", str(tool), str(tool)]
-    argv += [
-        "--bind", str(policy.scratch / "tmp"), "/tmp",
-        "--bind", str(policy.scratch / "home"), AGENT_HOME,
-        "--bind", str(policy.workspace), str(policy.workspace),
-    ]  # fmt: skip
+    argv += ["--bind", str(policy.workspace), str(policy.workspace)]
     for fixed in policy.read_only_in_workspace:
         argv += ["--ro-bind", str(fixed), str(fixed)]
     argv += ["--ro-bind", str(policy.socket_dir), SOCKET_DIR]
