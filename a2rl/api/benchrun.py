@@ -155,6 +155,17 @@ class ResourcesSpec(ApiModel):
     cpu: Quantity = Field(default="2", description="CPU request (and limit) of the agent container.")
     memory: Quantity = Field(default="8Gi", description="Memory request (and limit) of the agent container.")
     gpus: int = Field(default=0, ge=0, le=64, description="GPUs for the agent container.")
+    ephemeral_storage: Quantity = Field(
+        default="20Gi",
+        description=(
+            "Local ephemeral storage request (and limit) of the agent container: its writable "
+            "layer, `/tmp` and logs (the workspace is a volume of its own, `workspaceSize`)."
+        ),
+    )
+    workspace_size: Quantity | None = Field(
+        default=None,
+        description="Size of the workspace volume (default: the operator's `--workspace-size`).",
+    )
     gpu_resource_name: str = Field(
         default="nvidia.com/gpu",
         min_length=1,
@@ -201,6 +212,13 @@ class EvaluationSpec(ApiModel):
     cpu: Quantity = Field(default="2", description="CPU request of each evaluation.")
     memory: Quantity = Field(default="8Gi", description="Memory request of each evaluation.")
     gpus: int = Field(default=0, ge=0, le=64, description="GPUs of each evaluation.")
+    ephemeral_storage: Quantity = Field(
+        default="60Gi",
+        description=(
+            "Local ephemeral storage of each evaluation (request and limit; the size of its "
+            "scratch volume, where the submitted model is downloaded)."
+        ),
+    )
     backend: Literal["auto", "transformers", "vllm"] = Field(
         default="auto", description="Inference backend: `auto` picks vLLM when a GPU is present."
     )

@@ -2,6 +2,7 @@
 
     <namespace>/<run>-<uid>/run.json                     BenchRun spec + metadata at start
     <namespace>/<run>-<uid>/benchrun.json                cluster: the BenchRun's final record on deletion
+    <namespace>/<run>-<uid>/clock.json                   cluster: when the agent's clock started (the recorder)
     <namespace>/<run>-<uid>/blobs/<sha256>               content-addressed file contents (code and models)
     <namespace>/<run>-<uid>/revisions/<n>.json           code revision n: a TreeManifest + time + reason
     <namespace>/<run>-<uid>/submissions/<n>/manifest.json   submission n: model + code snapshot digests
@@ -44,6 +45,11 @@ class RunLayout:
     @property
     def run_json(self) -> str:
         return f"{self.prefix}/run.json"
+
+    @property
+    def run_clock(self) -> str:
+        """Cluster mode: the agent clock's start, written once by the recorder (restarts read it)."""
+        return f"{self.prefix}/clock.json"
 
     @property
     def blobs(self) -> str:

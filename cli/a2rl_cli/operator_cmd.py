@@ -50,6 +50,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="where workspace pods may reach the API server (repeatable; default: in-cluster service IP)",
     )
     p.add_argument("--setup-allowance", type=int, help="seconds added to the budget for the Job deadline")
+    p.add_argument(
+        "--recorder-drain-timeout",
+        type=int,
+        help="A2RL_RECORDER_DRAIN_TIMEOUT of each recorder sidecar; sizes the pod's termination grace "
+        "(default 600)",
+    )
+    p.add_argument(
+        "--no-scoped-store-credentials",
+        dest="scoped_store_credentials",
+        action="store_false",
+        default=None,
+        help="give recorders the operator's store keys instead of a per-run user limited to the run's prefix",
+    )
     p.add_argument("--workspace-size", help="size of each workspace PVC (default 20Gi)")
     p.add_argument("--storage-class", help="storage class of workspace PVCs")
     p.add_argument("--finalizer-timeout", type=int, help="seconds the finalizer may hold a deleted run")
@@ -77,6 +90,8 @@ def _config(args: argparse.Namespace) -> OperatorConfig:
             "recorder_image": args.recorder_image,
             "setup_image": args.setup_image,
             "setup_allowance_s": args.setup_allowance,
+            "recorder_drain_timeout_s": args.recorder_drain_timeout,
+            "scoped_store_credentials": args.scoped_store_credentials,
             "workspace_size": args.workspace_size,
             "storage_class": args.storage_class,
             "finalizer_timeout_s": args.finalizer_timeout,

@@ -62,6 +62,7 @@ from a2rl.records.report import ReportRecord
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import run_trace_annotation_patch
 from a2rl_operator import status as st
+from a2rl_operator import store_access
 from a2rl_operator.benchsubmission import resync_submissions
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.finalizer import Decision, decide
@@ -153,9 +154,12 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
     write_status(kube, ns, name, lambda _c: [st.accepted()])
     ensure_trace_context(body, kube)
     started_ns = now_ns()
+    access = store_access.run_credentials(body, parse_spec(body), config)
+    if access.credentials is not None:  # before the Secret: the finalizer must know to remove the user
+        kube.patch_run(ns, name, {"metadata": {"annotations": store_access.store_user_annotation(access)}})
     created: list[str] = []
     try:
-        for manifest in children(body, config):
+        for manifest in children(body, config, access.credentials):
             if kube.ensure(manifest, meta["uid"]):
                 created.append(f"{manifest['kind']} {manifest['metadata']['name']}")
     except NameConflictError as exc:
@@ -165,6 +169,15 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
     except NamespaceTerminatingError:
         logger.info("BenchRun %s/%s: its namespace is being deleted; nothing created", ns, name)
         return
+    if any(c.startswith("Secret ") for c in created):
+        scoped = access.credentials is not None
+        logger.log(logging.INFO if scoped else logging.WARNING, "BenchRun %s/%s: %s", ns, name, access.reason)
+        kopf.event(
+            cast(Any, run_ref(body)),
+            type="Normal" if scoped else "Warning",
+            reason=store_access.R_SCOPED if scoped else store_access.R_NOT_SCOPED,
+            message=access.reason,
+        )
     if created:
         logger.info("BenchRun %s/%s: created %s", ns, name, ", ".join(created))
         kopf.event(
@@ -226,6 +239,7 @@ def on_benchrun_delete(body: kopf.Body, meta: kopf.Meta, memo: Any, logger: Logg
         return
     try:
         where = retain(plain(body), config)
+        revoked = store_access.revoke(plain(body), config)  # the run's own store user goes with it
     except Exception as exc:
         raise kopf.TemporaryError(
             st.one_line(
@@ -235,7 +249,8 @@ def on_benchrun_delete(body: kopf.Body, meta: kopf.Meta, memo: Any, logger: Logg
             delay=RETENTION_RETRY_S,
         ) from exc
     # Records in the object store are kept: they are never deleted with the BenchRun.
-    logger.info("BenchRun %s/%s deleted; final record %s", meta.namespace, meta.name, where or "not kept")
+    logger.info("BenchRun %s/%s deleted; final record %s; store user %s", meta.namespace, meta.name,
+                where or "not kept", f"{revoked} removed" if revoked else "none")  # fmt: skip
 
 
 # --- children -------------------------------------------------------------------------------

@@ -21,6 +21,9 @@ DEFAULT_SETUP_IMAGE = "ghcr.io/a2rl/grader:0.1.0"
 # recorder start-up, workspace staging and the final flush of the recorder.
 DEFAULT_SETUP_ALLOWANCE_S = 600
 DEFAULT_WORKSPACE_SIZE = "20Gi"
+# The recorder's drain on SIGTERM (in-flight submission, final code revision, spool), bounded by
+# `A2RL_RECORDER_DRAIN_TIMEOUT` per step; the pod's termination grace period is sized from it.
+DEFAULT_RECORDER_DRAIN_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,15 @@ class OperatorConfig:
     recorder_memory: str = "1Gi"
     setup_cpu: str = "1"
     setup_memory: str = "4Gi"
+    #: `A2RL_RECORDER_DRAIN_TIMEOUT` of the recorder sidecar (see `manifests.job.recorder_drain_budget_s`).
+    recorder_drain_timeout_s: int = DEFAULT_RECORDER_DRAIN_TIMEOUT_S
+    #: Size (GiB) of the recorder's spool emptyDir: what waits there while the store is unreachable.
+    recorder_spool_gi: int = 20
+    #: Size (GiB) of the set-up container's scratch emptyDir (model cache, train data before the copy).
+    setup_scratch_gi: int = 20
+    #: Give each run store keys of its own, limited to its prefix (MinIO's admin API), where the
+    #: store allows it (`a2rl_operator.store_access`); else (or when False) the operator's keys.
+    scoped_store_credentials: bool = True
     #: Seconds the finalizer may wait for artifact retention before it lets the BenchRun go.
     finalizer_timeout_s: int = 300
     #: Eval Jobs, the end of a run and the report Job (`A2RL_GRADER_IMAGE` …); default: grading off.

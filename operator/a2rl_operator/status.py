@@ -246,6 +246,29 @@ def setup_failure(pod: dict[str, Any] | None, setup_container: str = "setup") ->
     return None
 
 
+def _seconds(start: str, end: str) -> float:
+    def parse(text: str) -> datetime:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    return (parse(end) - parse(start)).total_seconds()
+
+
+def stopped_at_budget(pod: dict[str, Any] | None, agent_container: str = "agent") -> int | None:
+    """The budget (s) when the agent container was stopped by its deadline probe: it ended with a
+    non-zero code after running at least the probe's `initialDelaySeconds` (the budget; the probe
+    cannot pass, so the kubelet kills a container that reaches it). None otherwise."""
+    containers = ((pod or {}).get("spec") or {}).get("containers") or []
+    spec = next((c for c in containers if c.get("name") == agent_container), None)
+    budget = ((spec or {}).get("livenessProbe") or {}).get("initialDelaySeconds")
+    ended = ((_container_status(pod or {}, agent_container) or {}).get("state") or {}).get("terminated")
+    if not isinstance(budget, int) or not ended or ended.get("exitCode") in (0, None):
+        return None
+    started, finished = ended.get("startedAt"), ended.get("finishedAt")
+    if not started or not finished or _seconds(str(started), str(finished)) < budget:
+        return None
+    return budget
+
+
 def agent_finish(job: dict[str, Any], pod: dict[str, Any] | None = None) -> Change | None:
     """AgentFinished from the Job's terminal (or failure-target) condition; a failed Job whose
     set-up container failed says so (the agent never ran)."""
@@ -256,6 +279,10 @@ def agent_finish(job: dict[str, Any], pod: dict[str, Any] | None = None) -> Chan
         return None
     if failed.get("reason") == "DeadlineExceeded":
         msg = "the budget ran out: the Job reached activeDeadlineSeconds and the agent was stopped"
+        return Change(COND_AGENT_FINISHED, TRUE, REASON_DEADLINE_EXCEEDED, msg)
+    budget = stopped_at_budget(pod)
+    if budget is not None:
+        msg = f"the budget ran out: the agent was stopped after its {budget} s (the kubelet's deadline probe)"
         return Change(COND_AGENT_FINISHED, TRUE, REASON_DEADLINE_EXCEEDED, msg)
     setup = setup_failure(pod)
     if setup is not None:

@@ -27,6 +27,7 @@ from a2rl.store.layout import RunLayout
 from a2rl.store.open import open_store
 from a2rl.tracing import init_tracing
 from a2rl.workspace import update_run_meta
+from a2rl_recorder.clock import recorded_run_start
 from a2rl_recorder.config import RecorderConfig
 from a2rl_recorder.dispatch import EvaluationDispatcher, LocalDispatcher
 from a2rl_recorder.server import RecorderHTTPServer
@@ -99,16 +100,19 @@ def serve(
     store = store or open_store(config.store_uri)
     if config.base_model_digest is None:
         config = dataclasses.replace(config, base_model_digest=_recorded_base_digest(store, config))
-    try:
-        # The agent's clock starts now (the local runner wrote the same values before starting us).
-        update_run_meta(config.workspace, start_time=config.run_start, timeout_s=config.timeout_s)
-    except OSError as exc:
-        log.warning("could not write run_meta.json in the workspace: %s", exc)
     # Spans go straight to the store (the exporter keeps and retries them), not through the spool.
     tracing = init_tracing(c.COMPONENT_RECORDER, store=store, run_prefix=config.run_prefix)
     if not isinstance(store, SpoolingStore):
         store = SpoolingStore(store, config.spool_dir or default_spool_dir(config.run_prefix))
     spool = store
+    if not config.run_start_given:  # a pod: the clock's start is the run's record, kept across restarts
+        start = recorded_run_start(store, RunLayout.from_prefix(config.run_prefix))
+        config = dataclasses.replace(config, run_start=start)
+    try:
+        # The agent's clock (the local runner wrote the same values before starting us).
+        update_run_meta(config.workspace, start_time=config.run_start, timeout_s=config.timeout_s)
+    except OSError as exc:
+        log.warning("could not write run_meta.json in the workspace: %s", exc)
     if dispatcher is None:
         if config.dispatch == c.DISPATCH_CLUSTER:
             dispatcher = cluster_dispatcher(config, store)

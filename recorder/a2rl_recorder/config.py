@@ -55,6 +55,9 @@ class RecorderConfig:
     #: Local mode: the run's integrity key (results are sealed and checked with it); it comes
     #: through stdin (`A2RL_RUN_KEY_SOURCE=stdin`), never the environment. None: no checks.
     run_key: bytes | None = field(default=None, repr=False)
+    #: False in a pod (`A2RL_RUN_START` unset): `serve` takes the start from the run's clock
+    #: record in the store (`a2rl_recorder.clock`), so a restarted recorder keeps the clock.
+    run_start_given: bool = True
 
     @property
     def deadline(self) -> float:
@@ -104,6 +107,7 @@ class RecorderConfig:
             run_uid=e.get(c.ENV_RUN_UID) or None,
             spool_dir=Path(spool).expanduser().absolute() if spool else None,
             store_retry_timeout_s=_num(e, c.ENV_STORE_RETRY_TIMEOUT, float, DEFAULT_STORE_RETRY_TIMEOUT_S),
+            run_start_given=bool((e.get(c.ENV_RUN_START) or "").strip()),
         )
 
 

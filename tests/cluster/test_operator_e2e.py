@@ -11,6 +11,7 @@ import json
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ from tests.support.pss import restricted_violations
 pytestmark = [pytest.mark.cluster, pytest.mark.minio]
 
 SETUP_ALLOWANCE_S = 2  # the Job deadline is budget + grace + this; small so the deadline test is quick
+RECORDER_DRAIN_TIMEOUT_S = 1  # the deadline adds the recorder's drain budget (2 x this + 90 s) too
 FINALIZER_TIMEOUT_S = 12  # how long retention may hold a deleted run (small: the bound is tested)
 STORE_BUCKET, STORE_PREFIX = "a2rl-e2e", "runs"
 DIFFBASE_ANNOTATION = f"{API_GROUP}/last-handled-configuration"
@@ -58,6 +60,7 @@ def operator(
 ) -> Iterator[OperatorProcess]:
     args = ["--store-uri", f"s3://{STORE_BUCKET}/{STORE_PREFIX}",
             "--setup-allowance", str(SETUP_ALLOWANCE_S), "--workspace-size", "1Gi",
+            "--recorder-drain-timeout", str(RECORDER_DRAIN_TIMEOUT_S),
             "--store-egress", "10.0.0.9/32:9000",
             "--apiserver-egress", "127.0.0.1/32:6443",
             "--finalizer-timeout", str(FINALIZER_TIMEOUT_S)]  # fmt: skip
@@ -108,6 +111,23 @@ def agent_pod(api: client.ApiClient, ns: str, uid: str, timeout: float = 60) -> 
         return pods[0] if pods and pods[0].status.phase == "Running" else None
 
     return wait_for(running, timeout=timeout, what=f"running agent pod of {uid}")
+
+
+def kubelet_stops_agent_at_budget(api: client.ApiClient, ns: str, pod: Any, ran_s: int) -> None:
+    """What the kubelet does when the agent's deadline probe fails (kwok runs no probes): the
+    agent container killed (SIGKILL after the grace: 137) after running `ran_s` seconds, the pod
+    Failed; the Job controller and the operator take it from there."""
+    pod_dict = api.sanitize_for_serialization(pod)
+    start = pod_dict["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    t0 = datetime.fromisoformat(start.replace("Z", "+00:00"))
+    end = (t0 + timedelta(seconds=ran_s)).isoformat().replace("+00:00", "Z")
+    statuses = [
+        {**s, "ready": False, "started": False,
+         "state": {"terminated": {"exitCode": 137, "reason": "Error", "startedAt": start, "finishedAt": end}}}
+        for s in pod_dict["status"]["containerStatuses"]
+    ]  # fmt: skip
+    body = {"status": {"phase": "Failed", "containerStatuses": statuses}}
+    client.CoreV1Api(api).patch_namespaced_pod_status(pod.metadata.name, ns, body)
 
 
 def events_of(api: client.ApiClient, ns: str, name: str) -> list[tuple[str, str]]:
@@ -219,7 +239,8 @@ def test_benchrun_creates_owned_sandboxed_children_and_succeeds(
     assert renv[ENV_TRACEPARENT] == str(tp)
     assert ENV_TRACEPARENT not in {e.name for e in agent.env or []}
     job = kids["Job"][0]
-    assert job.spec.active_deadline_seconds == 3600 + 5 + SETUP_ALLOWANCE_S
+    drain = 2 * RECORDER_DRAIN_TIMEOUT_S + 90
+    assert job.spec.active_deadline_seconds == 3600 + 5 + SETUP_ALLOWANCE_S + drain
     assert run["status"]["phase"] == "Running" and run["status"]["startTime"]
     assert run["metadata"]["finalizers"] == [FINALIZER]
     assert all(c["observedGeneration"] == 1 for c in run["status"]["conditions"])
@@ -274,8 +295,14 @@ def test_agent_failure_and_deadline(
     run = wait_run(admin, namespace, failing, "Failed", reason="AgentFailed")
     assert condition(run, "AgentFinished")["reason"] == "Failed"  # type: ignore[index]
     assert run["status"]["phase"] == "Failed"
+    # The budget ends by the agent's deadline probe (the pod spec's), not by the Job's deadline.
+    late_pod = agent_pod(admin, namespace, get_run(admin, namespace, late)["metadata"]["uid"])
+    probe = late_pod.spec.containers[0].liveness_probe
+    assert (probe.initial_delay_seconds, probe.termination_grace_period_seconds) == (3, 1)
+    kubelet_stops_agent_at_budget(admin, namespace, late_pod, ran_s=4)
     run = wait_run(admin, namespace, late, "AgentFinished", reason="DeadlineExceeded", timeout=60)
     assert condition(run, "Succeeded")["reason"] == "BudgetExhausted"  # type: ignore[index]
+    assert "after its 3 s" in condition(run, "AgentFinished")["message"]  # type: ignore[index]
     from tests.testenv.controlplane import wait_for
 
     wait_for(
@@ -491,17 +518,55 @@ def _delete_run(admin: client.ApiClient, ns: str, name: str) -> None:
     )
 
 
+def _run_keys(admin: client.ApiClient, ns: str, name: str, minio: Any) -> Any:
+    """A client with the keys of the run's `<run>-store` Secret (what its recorder gets)."""
+    import base64
+
+    from minio import Minio
+
+    data = client.CoreV1Api(admin).read_namespaced_secret(f"{name}-store", ns).data
+    key, secret = (base64.b64decode(data[k]).decode() for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))
+    return key, Minio(minio.endpoint.removeprefix("http://"), access_key=key, secret_key=secret, secure=False)
+
+
 def test_deletion_keeps_the_final_record_and_cascades_to_children(
     operator: OperatorProcess, admin: client.ApiClient, namespace: str, minio: Any
 ) -> None:
+    """Also: the recorder's store keys are the run's own, limited to its prefix (a held-out
+    artifact in the same bucket is refused), and they die with the run (the finalizer)."""
+    import io
+
+    from minio.error import S3Error
+
     from tests.testenv.controlplane import wait_for
 
     name = run_name()
     uid = create_run(admin, namespace, name)["metadata"]["uid"]
     agent_pod(admin, namespace, uid)
-    wait_run(admin, namespace, name, "AgentRunning")
+    run = wait_run(admin, namespace, name, "AgentRunning")
+    heldout = f"{STORE_PREFIX}/data/arith/1-seed0/heldout/heldout.jsonl"
+    _store(minio).put_object(STORE_BUCKET, heldout, io.BytesIO(b"gold"), 4)
+    user, keys = _run_keys(admin, namespace, name, minio)
+    assert user != minio.access_key and run["metadata"]["annotations"]["a2rl.dev/store-user"] == user
+    own = f"{STORE_PREFIX}/{namespace}/{name}-{uid}/clock.json"
+    keys.put_object(STORE_BUCKET, own, io.BytesIO(b"{}"), 2)
+    assert keys.get_object(STORE_BUCKET, own).read() == b"{}"
+    poison = f"{STORE_PREFIX}/baselines/x.json"
+    for denied in (
+        lambda: keys.get_object(STORE_BUCKET, heldout),
+        lambda: list(keys.list_objects(STORE_BUCKET, f"{STORE_PREFIX}/data/", recursive=True)),
+        lambda: keys.put_object(STORE_BUCKET, poison, io.BytesIO(b"1"), 1),
+    ):
+        with pytest.raises(S3Error) as refused:
+            denied()
+        assert refused.value.code == "AccessDenied"
+    wait_for(lambda: ("Normal", "StoreCredentialsScoped") in events_of(admin, namespace, name),
+             timeout=20, what="StoreCredentialsScoped event")  # fmt: skip
     _delete_run(admin, namespace, name)
     wait_for(lambda: _gone(admin, namespace, name), timeout=30, what="BenchRun deleted (finalizer released)")
+    with pytest.raises(S3Error) as removed:  # the run's user went with the run
+        keys.get_object(STORE_BUCKET, own)
+    assert removed.value.code == "InvalidAccessKeyId"
     # Retention: the final record (with the conditions up to the deletion) is in the store.
     record = json.loads(_store(minio).get_object(STORE_BUCKET, _record_key(namespace, name, uid)).read())
     assert record["metadata"]["uid"] == uid and record["metadata"]["deletionTimestamp"]

@@ -113,7 +113,8 @@ def test_submissions_are_evaluated_in_eval_jobs_and_the_run_is_graded(
     spec = pod["spec"]
     assert spec["automountServiceAccountToken"] is False
     eval_c = spec["containers"][0]
-    assert eval_c["resources"]["limits"] == {"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "1"}
+    want = {"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "1", "ephemeral-storage": "60Gi"}
+    assert eval_c["resources"]["limits"] == want
     assert {"name": "heldout", "mountPath": "/var/run/a2rl/heldout", "readOnly": True} in eval_c[
         "volumeMounts"
     ]

@@ -261,3 +261,23 @@ def test_agent_gets_a_clear_error_after_the_retry_timeout_and_the_submission_sti
 
     wait_for(scored, timeout=30, what="the late submission's score in GET /submissions")
     assert rec.terminate() == 0
+
+
+def test_a_restarted_recorder_keeps_the_agents_clock(
+    crun: ClusterRun, tmp_path: Path, recorders: list[RecorderProc]
+) -> None:
+    """The sidecar with the pod's environment (no `A2RL_RUN_START`) killed and restarted, as the
+    kubelet restarts a native sidecar: the clock (`/time`, the deadline) is the first start's,
+    read back from `clock.json` in MinIO, not a new one."""
+    make_workspace(tmp_path)
+    first = start_recorder(crun, tmp_path, recorders)
+    status, before = first.get("/time")
+    assert status == 200
+    first.proc.kill()
+    first.proc.wait(10)
+    time.sleep(2)
+    status, after = start_recorder(crun, tmp_path, recorders).get("/time")
+    assert status == 200
+    assert after["start_time"] == before["start_time"] and after["deadline"] == before["deadline"]
+    assert after["elapsed"] >= 2 and after["remaining"] <= 3600 - 2
+    assert crun.store().get_json(crun.layout.run_clock)["start_time"] == before["start_time"]

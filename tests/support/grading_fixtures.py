@@ -79,6 +79,8 @@ def operator(
         STORE_URI,
         "--setup-allowance",
         "5",
+        "--recorder-drain-timeout",
+        "1",
         "--workspace-size",
         "1Gi",
         "--store-egress",

@@ -430,9 +430,12 @@ class ControlPlane:
         gpus: int = 8,
         pods: str = "110",
         labels: dict[str, str] | None = None,
+        ephemeral_storage: str = "2Ti",
     ) -> dict[str, Any]:
-        """Register a kwok-managed fake Node advertising cpu, memory, pods and nvidia.com/gpu."""
-        resources = {"cpu": cpu, "memory": memory, "pods": pods, GPU_RESOURCE: str(gpus)}
+        """Register a kwok-managed fake Node advertising cpu, memory, pods, ephemeral-storage (the
+        scheduler fits pods' ephemeral-storage requests against it) and nvidia.com/gpu."""
+        resources = {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": ephemeral_storage,
+                     GPU_RESOURCE: str(gpus)}  # fmt: skip
         key, value = KWOK_NODE_ANNOTATION
         node = {
             "apiVersion": "v1",

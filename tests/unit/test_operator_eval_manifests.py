@@ -150,9 +150,9 @@ def test_eval_pod_is_restricted_with_its_own_resources_gpu_and_no_token() -> Non
     for c in by_name.values():
         assert c["securityContext"]["readOnlyRootFilesystem"] is True
         assert c["image"] == GRADING.grader_image
-        assert {"secretRef": {"name": "demo-store"}} in c["envFrom"]
+        assert {"secretRef": {"name": "demo-grading-store"}} in c["envFrom"]
     ev = by_name["eval"]
-    want = {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
+    want = {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "60Gi", "nvidia.com/gpu": "1"}
     assert ev["resources"] == {"requests": want, "limits": want}
     assert "nvidia.com/gpu" not in by_name["fetch-heldout"]["resources"]["limits"]
     assert job["spec"]["template"]["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true"}
@@ -165,7 +165,7 @@ def test_eval_pod_is_restricted_with_its_own_resources_gpu_and_no_token() -> Non
     assert ev2["resources"]["limits"]["amd.com/gpu"] == "2"
     cpu_only = build(benchrun(evaluation={"gpus": 0}))
     assert "annotations" not in cpu_only["spec"]["template"]["metadata"]
-    assert set(containers(cpu_only)["eval"]["resources"]["limits"]) == {"cpu", "memory"}
+    assert set(containers(cpu_only)["eval"]["resources"]["limits"]) == {"cpu", "memory", "ephemeral-storage"}
 
 
 def test_heldout_and_judge_key_are_mounted_only_in_the_eval_pod() -> None:
@@ -204,7 +204,7 @@ def test_run_with_its_own_store_secret_passes_it_to_eval_and_report() -> None:
     run = benchrun(store={"uri": "s3://mine/x", "secretRef": "my-keys"})
     for c in [*containers(build(run)).values(), report_job(run, parse_spec(run), "s3://mine/x", GRADING)
               ["spec"]["template"]["spec"]["containers"][0]]:  # fmt: skip
-        assert c["envFrom"] == [{"secretRef": {"name": "demo-store"}}, {"secretRef": {"name": "my-keys"}}]
+        assert c["envFrom"] == [{"secretRef": {"name": "demo-grading-store"}}, {"secretRef": {"name": "my-keys"}}]
 
 
 def a2rl(*args: str) -> subprocess.CompletedProcess[str]:

@@ -151,7 +151,9 @@ def test_gpu_requests_equal_limits_and_gpu_pods_are_not_disrupted() -> None:
     run = benchrun(resources={"cpu": "4", "memory": "16Gi", "gpus": 2, "gpuResourceName": "nvidia.com/gpu"})
     job = workspace_job(run, parse_spec(run), CONFIG)
     agent = job["spec"]["template"]["spec"]["containers"][0]
-    assert agent["resources"]["requests"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2"}
+    assert agent["resources"]["requests"] == {
+        "cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2", "ephemeral-storage": "20Gi"
+    }
     assert agent["resources"]["limits"] == agent["resources"]["requests"]
     assert job["spec"]["template"]["metadata"]["annotations"] == {ANNOTATION_DO_NOT_DISRUPT: "true"}
     cpu_only = workspace_job(benchrun(), parse_spec(benchrun()), CONFIG)
@@ -176,10 +178,13 @@ def test_kueue_queue_label_and_suspend() -> None:
     assert LABEL_KUEUE_QUEUE not in workspace_job(sneaky, parse_spec(sneaky), CONFIG)["metadata"]["labels"]
 
 
-def test_deadline_is_budget_plus_grace_plus_setup_allowance() -> None:
+def test_deadline_is_budget_plus_grace_plus_setup_allowance_plus_the_recorders_drain() -> None:
+    """The Job deadline is a backstop behind the agent's own stop and the recorder's whole drain."""
     job = workspace_job(benchrun(), parse_spec(benchrun()), CONFIG)
-    assert job["spec"]["activeDeadlineSeconds"] == 3600 + 30 + 600
-    assert active_deadline_seconds(parse_spec(benchrun()), OperatorConfig(setup_allowance_s=0)) == 3630
+    drain = 2 * 600 + 90  # A2RL_RECORDER_DRAIN_TIMEOUT twice (in-flight submission, spool) + margin
+    assert job["spec"]["activeDeadlineSeconds"] == 3600 + 30 + 600 + drain
+    quick = OperatorConfig(setup_allowance_s=0, recorder_drain_timeout_s=10)
+    assert active_deadline_seconds(parse_spec(benchrun()), quick) == 3630 + 110
     assert job["spec"]["backoffLimit"] == 0
     assert "ttlSecondsAfterFinished" not in job["spec"]
 
@@ -266,7 +271,7 @@ def test_recorder_dispatches_to_the_cluster_and_spools_in_its_own_empty_dir() ->
     assert cfg.spool_dir is not None
     (spool,) = [m for m in recorder["volumeMounts"] if Path(m["mountPath"]) == cfg.spool_dir]
     (volume,) = [v for v in pod["volumes"] if v["name"] == spool["name"]]
-    assert volume == {"name": spool["name"], "emptyDir": {}}
+    assert volume == {"name": spool["name"], "emptyDir": {"sizeLimit": "20Gi"}}
     assert spool["name"] not in {m["name"] for m in agent["volumeMounts"]}  # never in the sandbox
     assert not cfg.spool_dir.is_relative_to(cfg.workspace)
 
@@ -278,7 +283,8 @@ def test_setup_container_prepares_the_workspace_before_the_recorder_with_the_rec
     # The ML stack (building/copying the base model, the task registry) is in the set-up image.
     assert setup["name"] == "setup" and setup["image"] == CONFIG.setup_image != recorder["image"]
     assert setup["terminationMessagePolicy"] == "FallbackToLogsOnError"  # its error → the run's message
-    assert setup["resources"]["requests"] == setup["resources"]["limits"] == {"cpu": "1", "memory": "4Gi"}
+    want = {"cpu": "1", "memory": "4Gi", "ephemeral-storage": "21Gi"}
+    assert setup["resources"]["requests"] == setup["resources"]["limits"] == want
     argv = setup["command"]
     assert argv[:3] == ["a2rl", "recorder", "setup"]
     args = dict(zip(argv[3::2], argv[4::2], strict=True))
@@ -304,7 +310,7 @@ def test_setup_container_prepares_the_workspace_before_the_recorder_with_the_rec
     assert mounts["/var/run/secrets/kubernetes.io/serviceaccount"]["readOnly"] is True
     # … and scratch space of its own for the model cache (never the workspace, never the spool).
     assert senv["HOME"] == senv["TMPDIR"] == "/tmp" and mounts["/tmp"]["name"] == "setup-scratch"
-    assert {"name": "setup-scratch", "emptyDir": {}} in pod["volumes"]
+    assert {"name": "setup-scratch", "emptyDir": {"sizeLimit": "20Gi"}} in pod["volumes"]
     # The agent gets none of it.
     (agent,) = pod["containers"]
     assert "envFrom" not in agent and "A2RL_RUN_PREFIX" not in {e["name"] for e in agent["env"]}

@@ -60,8 +60,12 @@ class GradingConfig:
     eval_env: Mapping[str, str] = field(default_factory=dict)
     eval_fetch_cpu: str = "500m"
     eval_fetch_memory: str = "1Gi"
+    #: Ephemeral storage of the held-out fetch (request = limit) and the size of the held-out emptyDir.
+    eval_fetch_ephemeral_storage: str = "5Gi"
     report_cpu: str = "1"
     report_memory: str = "2Gi"
+    #: Ephemeral storage of the report container (request = limit) and the size of its scratch.
+    report_ephemeral_storage: str = "5Gi"
 
     @property
     def enabled(self) -> bool:

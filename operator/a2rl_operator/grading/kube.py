@@ -28,6 +28,7 @@ from a2rl_operator import status as st
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.kube import Kube
 from a2rl_operator.manifests.grading_network import endpoint_urls, grading_network_policy
+from a2rl_operator.manifests.secret import grading_store_secret
 
 Obj = dict[str, Any]
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -125,8 +126,10 @@ def post_event(obj: Obj, type_: str, reason: str, message: str) -> None:
 
 
 def ensure_grading_policy(kube: Kube, config: OperatorConfig, run: Obj, spec: BenchRunSpec) -> bool:
-    """Get-or-create the run's grading NetworkPolicy (before any of its eval or report pods).
+    """Get-or-create the run's grading Secret and NetworkPolicy (before any of its eval or report pods).
     Raises UrlPeerError when a service URL the task's evaluation calls cannot be allowed."""
 
+    # The eval and report pods' store keys (the operator's: they read the held-out artifact).
+    kube.ensure(grading_store_secret(run, spec, config), run["metadata"]["uid"])
     urls = endpoint_urls(task_class(spec.task).endpoint_env, config.grading.run_eval_env(spec))
     return kube.ensure(grading_network_policy(run, urls, config), run["metadata"]["uid"])

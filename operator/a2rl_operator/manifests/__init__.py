@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from a2rl.api.benchrun import BenchRunSpec
+from a2rl.store.scoped import RunCredentials
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.manifests.common import Body, Manifest
 from a2rl_operator.manifests.job import workspace_job
@@ -17,16 +18,17 @@ def parse_spec(body: Body) -> BenchRunSpec:
     return BenchRunSpec.model_validate(body["spec"])
 
 
-def children(body: Body, config: OperatorConfig) -> list[Manifest]:
-    """Every child of the run, in creation order (the Job last: it needs all the others)."""
+def children(body: Body, config: OperatorConfig, credentials: RunCredentials | None = None) -> list[Manifest]:
+    """Every child of the run, in creation order (the Job last: it needs all the others);
+    `credentials`: the run's own store keys for its `<run>-store` Secret (None: the operator's)."""
     spec = parse_spec(body)
     return [
-        workspace_pvc(body, config),
+        workspace_pvc(body, config, spec),
         service_account(body),
         role(body),
         role_binding(body),
         network_policy(body, spec.llm_gateway, config),
-        store_secret(body, spec, config),
+        store_secret(body, spec, config, credentials),
         workspace_job(body, spec, config),
     ]
 

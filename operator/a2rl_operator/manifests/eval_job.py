@@ -33,7 +33,7 @@ from a2rl.tracing.context import pod_trace_env
 from a2rl_operator.grading.config import GradingConfig
 from a2rl_operator.manifests.common import Body, Manifest, child_name, guaranteed, run_labels
 from a2rl_operator.manifests.job import RUN_AS_UID, restricted_security_context
-from a2rl_operator.manifests.secret import store_env_from
+from a2rl_operator.manifests.secret import grading_store_env_from
 
 EVAL_CONTAINER = "eval"
 FETCH_CONTAINER = "fetch-heldout"
@@ -103,7 +103,9 @@ def eval_command(run: Body, spec: BenchRunSpec, target: EvalTarget) -> list[str]
 
 def eval_resources(spec: BenchRunSpec) -> Manifest:
     ev = spec.evaluation
-    amounts: dict[str, str] = {"cpu": ev.cpu, "memory": ev.memory}
+    # The scratch emptyDir (the downloaded model) counts against the pod's ephemeral storage: the
+    # container's limit, the pod's only one, is sized for it.
+    amounts: dict[str, str] = {"cpu": ev.cpu, "memory": ev.memory, "ephemeral-storage": ev.ephemeral_storage}
     if ev.gpus > 0:
         amounts[spec.resources.gpu_resource_name] = str(ev.gpus)
     return guaranteed(amounts)
@@ -140,7 +142,7 @@ def heldout_volume(target: EvalTarget, grading: GradingConfig) -> Manifest:
     if grading.heldout_pvc:
         claim = {"claimName": grading.heldout_pvc, "readOnly": True}
         return {"name": HELDOUT_VOLUME, "persistentVolumeClaim": claim}
-    return {"name": HELDOUT_VOLUME, "emptyDir": {}}
+    return {"name": HELDOUT_VOLUME, "emptyDir": {"sizeLimit": grading.eval_fetch_ephemeral_storage}}
 
 
 def heldout_mount(target: EvalTarget, grading: GradingConfig) -> Manifest:
@@ -163,13 +165,17 @@ def fetch_command(spec: BenchRunSpec, target: EvalTarget) -> list[str]:
 
 
 def fetch_container(run: Body, spec: BenchRunSpec, target: EvalTarget, grading: GradingConfig) -> Manifest:
-    amounts = {"cpu": grading.eval_fetch_cpu, "memory": grading.eval_fetch_memory}
+    amounts = {
+        "cpu": grading.eval_fetch_cpu,
+        "memory": grading.eval_fetch_memory,
+        "ephemeral-storage": grading.eval_fetch_ephemeral_storage,
+    }
     return {
         "name": FETCH_CONTAINER,
         "image": grading.grader_image,
         "command": fetch_command(spec, target),
         "env": _env(SCRATCH_ENV),
-        "envFrom": store_env_from(run, spec),
+        "envFrom": grading_store_env_from(run, spec),
         "resources": guaranteed(amounts),
         "securityContext": hardened_security_context(),
         "volumeMounts": [
@@ -185,7 +191,7 @@ def eval_container(run: Body, spec: BenchRunSpec, target: EvalTarget, grading: G
         "image": grading.grader_image,
         "command": eval_command(run, spec, target),
         "env": eval_env(spec, grading) + pod_trace_env(run["metadata"].get("annotations")),
-        "envFrom": store_env_from(run, spec),
+        "envFrom": grading_store_env_from(run, spec),
         "resources": eval_resources(spec),
         "securityContext": hardened_security_context(),
         "volumeMounts": [heldout_mount(target, grading), {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}],
@@ -206,7 +212,10 @@ def eval_job(
         "enableServiceLinks": False,
         "securityContext": pod_security_context(),
         "containers": [eval_container(run, spec, target, grading)],
-        "volumes": [heldout_volume(target, grading), {"name": SCRATCH_VOLUME, "emptyDir": {}}],
+        "volumes": [
+            heldout_volume(target, grading),
+            {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": spec.evaluation.ephemeral_storage}},
+        ],
     }
     if not grading.heldout_pvc:
         pod_spec["initContainers"] = [fetch_container(run, spec, target, grading)]

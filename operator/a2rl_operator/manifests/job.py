@@ -4,6 +4,13 @@ Pod-level: no automounted service-account token, non-root, seccomp RuntimeDefaul
 gets the agent contract's environment (docs/agents.md) and the workspace volume, nothing
 else: no token, no store credentials. The recorder (an `initContainers` entry with
 `restartPolicy: Always`) gets the store Secret and a projected token of the run's ServiceAccount.
+
+Time (docs/operator.md, "Deadline"): the kubelet stops the agent container at its budget — a
+liveness probe that first runs `wallTimeSeconds` after the agent started and always fails, with
+its own `terminationGracePeriodSeconds` = `graceSeconds` (SIGTERM, SIGKILL after the grace, then
+every process of the container goes with its PID namespace) — while the pod's termination grace
+period covers the grace and the recorder's drain, so the last code revision and the spool reach
+the store. Every container and emptyDir has an ephemeral-storage bound.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from a2rl.constants import (
     ENV_OPENAI_API_KEY,
     ENV_OPENAI_BASE_URL,
     ENV_RECORDER_DISPATCH,
+    ENV_RECORDER_DRAIN_TIMEOUT,
     ENV_SPOOL_DIR,
     LABEL_KUEUE_QUEUE,
     WORKSPACE_MOUNT,
@@ -55,8 +63,18 @@ SPOOL_MOUNT = "/var/run/a2rl/spool"
 # Scratch space of the set-up container (model cache, downloaded train data before the copy).
 SETUP_SCRATCH_VOLUME = "setup-scratch"
 SETUP_SCRATCH_MOUNT = "/tmp"
-TOKEN_TTL_S = 3600
+# The recorder's and set-up's token (they create BenchSubmissions): projected, bound to the pod
+# (void once the pod is gone), and as short-lived as Kubernetes allows (the kubelet rotates it at
+# 80 %; the recorder's client re-reads it every minute).
+TOKEN_TTL_S = 600
 RUN_AS_UID = 1000
+# Ephemeral storage of the recorder's and set-up's own writable layer and logs (their emptyDirs
+# come on top); the agent's is `spec.resources.ephemeralStorage`.
+CONTAINER_SCRATCH_GI = 1
+# How often the kubelet runs the agent's deadline probe once it may (the stop's precision).
+DEADLINE_PROBE_PERIOD_S = 5
+# What the deadline probe says (the kubelet's Event quotes it); the probe itself only has to fail.
+DEADLINE_MESSAGE = "a2rl: the agent's budget of {wall} s is spent: SIGTERM, SIGKILL after {grace} s"
 GRADING_URL = f"http://127.0.0.1:{DEFAULT_RECORDER_PORT}"
 
 
@@ -99,9 +117,10 @@ def agent_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
     return env
 
 
-def recorder_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
+def recorder_env(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> list[Manifest]:
     """The recorder's contract (as in local mode), then what only a pod has: cluster dispatch, the
-    spool volume, the run's trace context."""
+    spool volume, the drain timeout the pod's grace period is sized for, the run's trace context.
+    No `A2RL_RUN_START`: the recorder keeps the clock's start in the store (`a2rl_recorder.clock`)."""
     meta = body["metadata"]
     layout = RunLayout(meta["namespace"], meta["name"], meta["uid"])
     values = recorder_contract_env(
@@ -109,16 +128,47 @@ def recorder_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
     )
     values[ENV_RECORDER_DISPATCH] = DISPATCH_CLUSTER  # submissions become BenchSubmissions
     values[ENV_SPOOL_DIR] = SPOOL_MOUNT
+    values[ENV_RECORDER_DRAIN_TIMEOUT] = str(config.recorder_drain_timeout_s)
     # The run's trace context goes to the recorder only: the agent never sees it (as in local mode).
     return _env(values) + pod_trace_env(meta.get("annotations"))
 
 
 def agent_resources(spec: BenchRunSpec) -> Manifest:
     res = spec.resources
-    amounts = {"cpu": res.cpu, "memory": res.memory}
+    amounts = {"cpu": res.cpu, "memory": res.memory, "ephemeral-storage": res.ephemeral_storage}
     if res.gpus > 0:
         amounts[res.gpu_resource_name] = str(res.gpus)
     return guaranteed(amounts)
+
+
+def _gi(n: int) -> str:
+    return f"{n}Gi"
+
+
+def deadline_probe(spec: BenchRunSpec) -> Manifest:
+    """The agent's hard deadline, enforced by the kubelet (nothing of a2rl runs in the agent image,
+    and nothing the agent does inside its container can stop it).
+
+    A liveness probe never runs before `initialDelaySeconds` = the budget after the agent container
+    started, and this one always fails: at the budget (within `DEADLINE_PROBE_PERIOD_S`) the kubelet
+    kills the agent container with the probe's own grace period (`graceSeconds`, not the pod's
+    longer one): SIGTERM to its PID 1, SIGKILL after the grace, and with PID 1 every process of the
+    container's PID namespace (`setsid`, double forks, new process groups) dies. The exec fails
+    whether or not the image has a shell (a failed exec is a failed probe), and the agent cannot
+    make it pass: killing or stopping the probe's process makes it fail or time out. The pod's
+    `restartPolicy: Never` keeps the container from coming back; the recorder drains after it.
+    """
+    wall, grace = spec.budget.wall_time_seconds, spec.budget.grace_seconds
+    message = DEADLINE_MESSAGE.format(wall=wall, grace=grace)
+    return {
+        "exec": {"command": ["/bin/sh", "-c", f'echo "{message}"; exit 1']},
+        "initialDelaySeconds": wall,
+        "periodSeconds": DEADLINE_PROBE_PERIOD_S,
+        "timeoutSeconds": DEADLINE_PROBE_PERIOD_S,
+        "failureThreshold": 1,
+        # The probe's own grace (Kubernetes >= 1.27): the agent's SIGTERM → SIGKILL, not the pod's.
+        "terminationGracePeriodSeconds": max(1, grace),
+    }
 
 
 def agent_container(body: Body, spec: BenchRunSpec) -> Manifest:
@@ -130,6 +180,7 @@ def agent_container(body: Body, spec: BenchRunSpec) -> Manifest:
         "workingDir": spec.agent.working_dir or WORKSPACE_MOUNT,
         "resources": agent_resources(spec),
         "securityContext": restricted_security_context(),
+        "livenessProbe": deadline_probe(spec),
         "volumeMounts": [{"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE_MOUNT}],
     }
     if spec.agent.args:
@@ -156,9 +207,15 @@ def setup_container(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> M
         "command": setup_argv(params),
         # Its last log line (a one-line error for a user mistake) becomes the run's message.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "env": recorder_env(body, spec) + _env(scratch),
+        "env": recorder_env(body, spec, config) + _env(scratch),
         "envFrom": store_env_from(body, spec),
-        "resources": guaranteed({"cpu": config.setup_cpu, "memory": config.setup_memory}),
+        "resources": guaranteed(
+            {
+                "cpu": config.setup_cpu,
+                "memory": config.setup_memory,
+                "ephemeral-storage": _gi(config.setup_scratch_gi + CONTAINER_SCRATCH_GI),
+            }
+        ),
         "securityContext": restricted_security_context(),
         "volumeMounts": [
             {"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE_MOUNT},
@@ -176,9 +233,16 @@ def recorder_container(body: Body, spec: BenchRunSpec, config: OperatorConfig) -
         # Native sidecar: starts before the agent, runs beside it, stops after it.
         "restartPolicy": "Always",
         "command": ["a2rl", "recorder", "serve"],
-        "env": recorder_env(body, spec),
+        "env": recorder_env(body, spec, config),
         "envFrom": store_env_from(body, spec),
-        "resources": guaranteed({"cpu": config.recorder_cpu, "memory": config.recorder_memory}),
+        "resources": guaranteed(
+            {
+                "cpu": config.recorder_cpu,
+                "memory": config.recorder_memory,
+                # The spool emptyDir counts against the pod's total: the container's share covers it.
+                "ephemeral-storage": _gi(config.recorder_spool_gi + CONTAINER_SCRATCH_GI),
+            }
+        ),
         "securityContext": restricted_security_context(),
         # The recorder binds 127.0.0.1 only, so an exec probe (not httpGet on the pod IP). The agent
         # starts once this passes: the grading API is up before the agent's first request.
@@ -213,9 +277,30 @@ def token_volume() -> Manifest:
     }
 
 
+def recorder_drain_budget_s(config: OperatorConfig) -> int:
+    """The longest the recorder's drain can take after its SIGTERM: the submission in flight
+    (drain timeout, then 30 s after its cancel), the final code revision, then the spool (drain
+    timeout again); a minute of margin for the final snapshot and the HTTP shutdown."""
+    return 2 * config.recorder_drain_timeout_s + 30 + 60
+
+
+def termination_grace_period_s(spec: BenchRunSpec, config: OperatorConfig) -> int:
+    """The pod's grace: when the pod is terminated (Job deadline, deletion) the agent gets its
+    SIGTERM grace first, then the recorder sidecar its whole drain. When the agent stops at its
+    budget (the deadline probe, with the budget's own grace) the recorder gets this much."""
+    return spec.budget.grace_seconds + recorder_drain_budget_s(config)
+
+
 def active_deadline_seconds(spec: BenchRunSpec, config: OperatorConfig) -> int:
-    """The budget plus the set-up allowance (image pull, recorder start, staging, final flush)."""
-    return spec.budget.wall_time_seconds + spec.budget.grace_seconds + config.setup_allowance_s
+    """A backstop only (the agent stops at its budget through `deadline_probe`): the budget and
+    grace, the set-up allowance (image pull, recorder start-up, staging) and the recorder's drain,
+    so a normal end never reaches it."""
+    return (
+        spec.budget.wall_time_seconds
+        + spec.budget.grace_seconds
+        + config.setup_allowance_s
+        + recorder_drain_budget_s(config)
+    )
 
 
 def workspace_job(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Manifest:
@@ -229,7 +314,7 @@ def workspace_job(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Man
         "serviceAccountName": runner_name(body),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": spec.budget.grace_seconds,
+        "terminationGracePeriodSeconds": termination_grace_period_s(spec, config),
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": RUN_AS_UID,
@@ -242,8 +327,8 @@ def workspace_job(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Man
         "volumes": [
             {"name": WORKSPACE_VOLUME, "persistentVolumeClaim": {"claimName": workspace_job_name(body)}},
             token_volume(),
-            {"name": SPOOL_VOLUME, "emptyDir": {}},
-            {"name": SETUP_SCRATCH_VOLUME, "emptyDir": {}},
+            {"name": SPOOL_VOLUME, "emptyDir": {"sizeLimit": _gi(config.recorder_spool_gi)}},
+            {"name": SETUP_SCRATCH_VOLUME, "emptyDir": {"sizeLimit": _gi(config.setup_scratch_gi)}},
         ],
     }
     if spec.runtime_class_name:

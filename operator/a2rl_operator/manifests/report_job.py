@@ -23,7 +23,7 @@ from a2rl_operator.manifests.eval_job import (
     hardened_security_context,
     pod_security_context,
 )
-from a2rl_operator.manifests.secret import store_env_from
+from a2rl_operator.manifests.secret import grading_store_env_from
 
 REPORT_CONTAINER = "report"
 SUFFIX_REPORT = "report"
@@ -44,14 +44,18 @@ def report_command(run: Body, store_uri: str) -> list[str]:
 def report_job(run: Body, spec: BenchRunSpec, store_uri: str, grading: GradingConfig) -> Manifest:
     if not grading.grader_image:
         raise ValueError("grading is off: no grader image configured")
-    amounts = {"cpu": grading.report_cpu, "memory": grading.report_memory}
+    amounts = {
+        "cpu": grading.report_cpu,
+        "memory": grading.report_memory,
+        "ephemeral-storage": grading.report_ephemeral_storage,
+    }
     container: Manifest = {
         "name": REPORT_CONTAINER,
         "image": grading.grader_image,
         "command": report_command(run, store_uri),
         "env": [{"name": k, "value": v} for k, v in {**OFFLINE_ENV, **SCRATCH_ENV}.items()]
         + pod_trace_env(run["metadata"].get("annotations")),
-        "envFrom": store_env_from(run, spec),
+        "envFrom": grading_store_env_from(run, spec),
         "resources": guaranteed(amounts),
         "securityContext": hardened_security_context(),
         "volumeMounts": [{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}],
@@ -62,7 +66,7 @@ def report_job(run: Body, spec: BenchRunSpec, store_uri: str, grading: GradingCo
         "enableServiceLinks": False,
         "securityContext": pod_security_context(),
         "containers": [container],
-        "volumes": [{"name": SCRATCH_VOLUME, "emptyDir": {}}],
+        "volumes": [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": grading.report_ephemeral_storage}}],
     }
     return {
         "apiVersion": "batch/v1",
