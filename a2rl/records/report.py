@@ -33,6 +33,8 @@ class ReportRun(Record):
     uid: str | None = None
     task: str | None = None
     mode: str | None = None
+    #: What isolated the agent (run.json's `sandbox`): "none" means `--no-sandbox`.
+    sandbox: str | None = None
     base_model: BaseModelRef | None = None
     agent: AgentRef | None = None
     driver: dict[str, Any] | None = None

@@ -96,6 +96,7 @@ def old_run_json(run: BenchRun, layout: RunLayout, *, base_model_digest: str, ev
         "agent_exit_code": None,
         "evaluator_version": evaluator_version,
         "mode": "local",
+        "sandbox": None,  # new in run.json: what isolated the agent
     }
 
 

@@ -110,3 +110,19 @@ def test_unreadable_documents_are_tolerated(tmp_path: Path) -> None:
     assert h.submissions[3].error == NO_RESULT_ERROR
     assert [r.index for r in h.revisions] == [1, 2]
     json.loads(report_json_bytes(build_report(h)))
+
+
+def test_the_report_names_the_sandbox_and_warns_without_one(tmp_path: Path) -> None:
+    sandboxed = sample_run(tmp_path / "a")
+    sandboxed.run_json(sandbox="bubblewrap 0.8.0")
+    md = render_markdown(build_report(load_history(sandboxed.store, sandboxed.layout)))
+    assert "| Sandbox | bubblewrap 0.8.0 |" in md and "--no-sandbox" not in md
+
+    bare = sample_run(tmp_path / "b")
+    bare.run_json(sandbox="none")
+    report = build_report(load_history(bare.store, bare.layout))
+    assert report.run.sandbox == "none"
+    md = render_markdown(report)
+    assert "| Sandbox | none |" in md
+    assert "## Integrity" in md and "without the local sandbox (--no-sandbox)" in md
+    assert "without the local sandbox (--no-sandbox)" in render_html(report)

@@ -277,6 +277,7 @@ def run_section(history: RunHistory) -> ReportRun:
         uid=layout.uid,
         task=history.run.task,
         mode=record.mode,
+        sandbox=record.sandbox,
         base_model=record.base_model,
         agent=record.agent,
         driver=record.driver,

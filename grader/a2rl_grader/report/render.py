@@ -86,6 +86,7 @@ def summary_rows(report: ReportRecord) -> list[list[str]]:
         ["Base model", f"{fmt(base.name if base else None)} ({short(base.digest if base else None)})"],
         ["Agent", " ".join(map(str, command)) if command is not None else fmt(image)],
         ["Mode", fmt(run.mode)],
+        ["Sandbox", fmt(run.sandbox)],
         ["Started", fmt(run.started_at)],
         ["Ended", f"{fmt(run.ended_at)} ({fmt(run.end_reason)})"],
         ["Agent exit code", fmt(run.agent_exit_code)],
@@ -166,9 +167,16 @@ TIMELINE_HEADER = ["step", "service", "start s", "duration s", "status", "spans 
 REVISION_HEADER = ["rev", "min", "reason", "files", "vs previous", "bytes", "paths"]
 
 
+NO_SANDBOX_LINE = (
+    "The agent ran without the local sandbox (--no-sandbox): it could read the held-out data, the "
+    "store and the user's files. Do not compare this run's scores with sandboxed runs."
+)
+
+
 def integrity_lines(report: ReportRecord) -> list[str]:
-    """One line per result that failed its integrity check (`a2rl.records.result`): not scored."""
-    lines = []
+    """What may make the scores untrustworthy: an agent run unisolated, and one line per result
+    that failed its integrity check (`a2rl.records.result`: not scored)."""
+    lines = [NO_SANDBOX_LINE] if report.run.sandbox == "none" else []
     if report.baseline is not None and report.baseline.error == TAMPERED_ERROR:
         lines.append(tampered_line(BASELINE_INDEX))
     for sub in report.submissions:

@@ -479,4 +479,5 @@ def cluster_run_json(
         end_reason=end_reason(conds),
         agent_exit_code=agent_exit_code,
         mode="cluster",
+        sandbox="pod",
     )

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""What the local sandbox costs the agent: start-up, grading-API round trips, compute.
+
+    .venv/bin/python bench/sandbox.py [--repeat 10] [--requests 300] [--compute-s 3]
+
+Each figure is measured with the agent in the sandbox (bubblewrap, relay, exactly as `a2rl run`
+starts it) and without (`--no-sandbox`: the same command started directly). It prints figures;
+it asserts nothing.
+
+- `start`: from starting the command to its first output line (`python -c print`), median.
+- `API round trip`: sequential `GET /health` on a keep-alive connection from inside, median and
+  p95; with the sandbox they go through the relay and the Unix socket, without it straight to TCP.
+- `compute`: float32 matrix products (torch, 1 thread) per second for `--compute-s` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from socketserver import ThreadingUnixStreamServer
+
+from a2rl_runner.sandbox.setup import RunSandbox, check_bubblewrap
+from a2rl_runner.services import free_port
+
+
+class _Health(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        body = b'{"status": "ok"}\n'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        del format, args
+
+    def address_string(self) -> str:
+        return "bench"
+
+
+class _UnixHealth(ThreadingUnixStreamServer):
+    daemon_threads = True
+
+
+ROUND_TRIPS = """
+import http.client, json, os, sys, time
+conn = http.client.HTTPConnection("127.0.0.1", int(os.environ["PORT"]), timeout=10)
+times = []
+for _ in range(int(sys.argv[1])):
+    t = time.perf_counter()
+    conn.request("GET", "/health")
+    conn.getresponse().read()
+    times.append(time.perf_counter() - t)
+print(json.dumps(times))
+"""
+
+COMPUTE = """
+import json, sys, time, torch
+torch.set_num_threads(1)
+a = torch.randn(256, 256)
+n, end = 0, time.perf_counter() + float(sys.argv[1])
+while time.perf_counter() < end:
+    a = (a @ a).tanh()
+    n += 1
+print(json.dumps(n / float(sys.argv[1])))
+"""
+
+
+def run(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+    """(seconds to the first output line, the whole output)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    elapsed = time.perf_counter() - t0
+    rest = proc.stdout.read()
+    proc.wait()
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv[-3:]} exited with {proc.returncode}: {first}{rest}")
+    return elapsed, first + rest
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--compute-s", type=float, default=3.0)
+    args = parser.parse_args()
+
+    bwrap = check_bubblewrap()
+    with tempfile.TemporaryDirectory(prefix="a2rl-bench-sandbox-") as tmp:
+        ws = Path(tmp) / "ws"
+        ws.mkdir()
+        port = free_port()
+        sandbox = RunSandbox.create(
+            bwrap,
+            workspace=ws,
+            read_only=[],
+            agent_argv=[sys.executable],
+            cwd=ws,
+            api_port=port,
+            scratch=Path(tmp) / "scratch",
+            private=[],
+        )
+        unix = _UnixHealth(str(sandbox.api_socket), _Health)
+        tcp = ThreadingHTTPServer(("127.0.0.1", port), _Health)
+        tcp.daemon_threads = True
+        for server in (unix, tcp):
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+        base_env = {"PATH": os.environ["PATH"], "PORT": str(port), "PYTHONUNBUFFERED": "1"}
+        modes = {
+            "sandbox": (sandbox.wrap, sandbox.agent_env(base_env)),
+            "no sandbox": (list, base_env),
+        }
+        rows = []
+        try:
+            for name, (wrap, env) in modes.items():
+                starts = [
+                    run(wrap([sys.executable, "-c", "print('up')"]), env)[0] for _ in range(args.repeat)
+                ]
+                _, out = run(wrap([sys.executable, "-c", ROUND_TRIPS, str(args.requests)]), env)
+                trips = sorted(json.loads(out))
+                _, out = run(wrap([sys.executable, "-c", COMPUTE, str(args.compute_s)]), env)
+                rows.append(
+                    (
+                        name,
+                        statistics.median(starts) * 1000,
+                        statistics.median(trips) * 1000,
+                        trips[int(len(trips) * 0.95) - 1] * 1000,
+                        float(json.loads(out)),
+                    )
+                )
+        finally:
+            unix.shutdown()
+            tcp.shutdown()
+            sandbox.cleanup()
+    print(f"{bwrap.version}; {args.repeat} starts, {args.requests} requests, {args.compute_s:g} s of compute")
+    print(f"{'':12} {'start ms':>9} {'API p50 ms':>11} {'API p95 ms':>11} {'matmul/s':>9}")
+    for name, start, p50, p95, ops in rows:
+        print(f"{name:12} {start:9.1f} {p50:11.3f} {p95:11.3f} {ops:9.1f}")
+
+
+if __name__ == "__main__":
+    main()
