@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from socketserver import ThreadingUnixStreamServer
@@ -119,7 +120,7 @@ def main() -> None:
         for server in (unix, tcp):
             threading.Thread(target=server.serve_forever, daemon=True).start()
         base_env = {"PATH": os.environ["PATH"], "PORT": str(port), "PYTHONUNBUFFERED": "1"}
-        modes = {
+        modes: dict[str, tuple[Callable[[list[str]], list[str]], dict[str, str]]] = {
             "sandbox": (sandbox.wrap, sandbox.agent_env(base_env)),
             "no sandbox": (list, base_env),
         }
