@@ -36,6 +36,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--store", default=None, help="upload to a store URI under data/<task>/<version>-seed<seed>/"
     )
     s.add_argument("--force", action="store_true", help="re-stage even when a verified staging exists")
+    s.add_argument(
+        "--heldout-secret-file",
+        type=Path,
+        default=None,
+        help="file with the secret a generated held-out split's seed derives from (default: "
+        "$A2RL_HELDOUT_SECRET_FILE, else this machine's key under <cache>/keys/); share it between "
+        "the machines that stage one cluster's data",
+    )
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=_stage)
 
@@ -60,18 +68,23 @@ def _stage_checked(args: argparse.Namespace) -> int:
     from a2rl_tasks.artifacts import stage_artifacts, stage_to_store
 
     from a2rl.errors import A2rlError
+    from a2rl.local_keys import heldout_secret
     from a2rl.store.open import open_store
 
     task = get_task(args.task)
     if args.seed < 0:
         raise A2rlError("--seed must be 0 or more")
+    secret = heldout_secret(args.heldout_secret_file) if task.secret_heldout else None
     if args.store is not None:
+        store = open_store(args.store)
         result: dict[str, Any] = {
             "task": task.name,
-            "store": stage_to_store(task, open_store(args.store), source=args.source, seed=args.seed),
+            "store": stage_to_store(task, store, source=args.source, seed=args.seed, secret=secret),
         }
     else:
-        staged = stage_artifacts(task, source=args.source, seed=args.seed, root=args.out, force=args.force)
+        staged = stage_artifacts(
+            task, source=args.source, seed=args.seed, root=args.out, force=args.force, secret=secret
+        )
         result = {"task": task.name, **staged.summary()}
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))

@@ -34,7 +34,7 @@ from a2rl.records.artifact import ArtifactFile, ArtifactManifest
 from a2rl.records.base import load_record, parse_record, write_record
 from a2rl.store.base import ObjectStore
 from a2rl_tasks.base import StagedData, Task
-from a2rl_tasks.staging import HELDOUT, TRAIN, cached_dir
+from a2rl_tasks.staging import HELDOUT, TRAIN, cached_dir, stage_into
 
 MANIFEST = "manifest.json"
 SPLITS = (TRAIN, HELDOUT)
@@ -215,9 +215,9 @@ def check_disjoint(train_dir: Path, heldout_dir: Path) -> None:
 # --- staging --------------------------------------------------------------------------------
 
 
-def default_root(task: Task, seed: int) -> Path:
+def default_root(task: Task, seed: int, secret: bytes | None = None) -> Path:
     """Where `a2rl run` looks for a task's staged data (the local data cache)."""
-    return cached_dir(task, seed)
+    return cached_dir(task, seed, secret=secret)
 
 
 def _existing(root: Path) -> dict[str, ArtifactManifest] | None:
@@ -231,10 +231,17 @@ def _existing(root: Path) -> dict[str, ArtifactManifest] | None:
 
 
 def stage_artifacts(
-    task: Task, *, source: str | None, seed: int = 0, root: Path | None = None, force: bool = False
+    task: Task,
+    *,
+    source: str | None,
+    seed: int = 0,
+    root: Path | None = None,
+    force: bool = False,
+    secret: bytes | None = None,
 ) -> StagedArtifacts:
-    """Stage `task` into `root/{train,heldout}` with manifests (reusing a verified staging)."""
-    root = root or default_root(task, seed)
+    """Stage `task` into `root/{train,heldout}` with manifests (reusing a verified staging); a
+    generated held-out split comes from a seed derived from `secret` (`a2rl_tasks.staging`)."""
+    root = root or default_root(task, seed, secret)
     if root.exists() and not force:
         found = _existing(root)
         if found is not None:
@@ -252,7 +259,7 @@ def stage_artifacts(
         staged = StagedData(train_dir=tmp / TRAIN, heldout_dir=tmp / HELDOUT)
         staged.train_dir.mkdir()
         staged.heldout_dir.mkdir()
-        task.stage(staged, source=source, seed=seed)
+        stage_into(task, staged, source=source, seed=seed, secret=secret)
         check_disjoint(staged.train_dir, staged.heldout_dir)
         manifests = {s: build_manifest(tmp / s, task=task, split=s, seed=seed, source=source) for s in SPLITS}
         for s in SPLITS:
@@ -310,10 +317,12 @@ def fetch_heldout(store: ObjectStore, task: Task, seed: int, dest: Path) -> Arti
     return fetch_artifact(store, key, dest)
 
 
-def stage_to_store(task: Task, store: ObjectStore, *, source: str | None, seed: int = 0) -> dict[str, Any]:
+def stage_to_store(
+    task: Task, store: ObjectStore, *, source: str | None, seed: int = 0, secret: bytes | None = None
+) -> dict[str, Any]:
     """Stage into a temp dir and upload both artifacts; returns {split: {"key", "digest", "files"}}."""
     with tempfile.TemporaryDirectory(prefix="a2rl-stage-") as tmp:
-        staged = stage_artifacts(task, source=source, seed=seed, root=Path(tmp) / "staged")
+        staged = stage_artifacts(task, source=source, seed=seed, root=Path(tmp) / "staged", secret=secret)
         prefix = store_prefix(task, seed)
         out: dict[str, Any] = {}
         for split in SPLITS:

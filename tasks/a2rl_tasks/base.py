@@ -55,15 +55,22 @@ class Task(ABC):
     #: a search API). Such a task reads its settings from `environ` (default: `os.environ`) and
     #: names them in its evaluator version; in a cluster the eval pods may reach those URLs.
     endpoint_env: ClassVar[tuple[str, ...]] = ()
+    #: The task generates its held-out split: staging derives the held-out generation seed from
+    #: a secret (`a2rl_tasks.staging.heldout_seed`), so public code and the public seed do not
+    #: regenerate it; the train split still comes from the public seed alone.
+    secret_heldout: ClassVar[bool] = False
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         """`environ`: the evaluation's settings (`endpoint_env`); tasks without any ignore it."""
         del environ
 
     @abstractmethod
-    def stage(self, staged: StagedData, *, source: str | None = None, seed: int = 0) -> None:
+    def stage(
+        self, staged: StagedData, *, source: str | None = None, seed: int = 0, heldout_seed: int | None = None
+    ) -> None:
         """Write the agent-visible split into `staged.train_dir` and the held-out split into
-        `staged.heldout_dir`. The two must share no item."""
+        `staged.heldout_dir`. The two must share no item. A `secret_heldout` task generates the
+        held-out split from `heldout_seed` (None: from `seed`); the others ignore it."""
 
     @abstractmethod
     def evaluate(

@@ -71,13 +71,15 @@ def test_both_phrasings_present(staged: StagedData) -> None:
 def test_stage_cached_once_and_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("A2RL_CACHE_DIR", str(tmp_path))
     first = stage_cached("arith", seed=0)
-    assert first.train_dir == tmp_path / "data" / "arith" / "1-seed0" / "train"
+    # <data version>-seed<seed>-h<tag of this machine's held-out secret> (a2rl_tasks.staging)
+    assert first.train_dir.parent.parent == tmp_path / "data" / "arith"
+    assert first.train_dir.parent.name.startswith("2-seed0-h") and first.train_dir.name == "train"
     train_file = first.train_dir / "train.jsonl"
     mtime = train_file.stat().st_mtime_ns
     second = stage_cached(get_task("arith"), seed=0)
     assert second == first and train_file.stat().st_mtime_ns == mtime
     assert json.loads(train_file.read_text().splitlines()[0])["id"] == "arith-train-000001"
-    assert [p.name for p in (tmp_path / "data" / "arith").iterdir()] == ["1-seed0"]
+    assert [p.name for p in (tmp_path / "data" / "arith").iterdir()] == [first.train_dir.parent.name]
 
 
 def test_arith_refuses_a_data_source(tmp_path: Path) -> None:

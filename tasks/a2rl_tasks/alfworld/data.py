@@ -266,11 +266,11 @@ def _goal_of(observation: str) -> str:
 
 
 def _generated_records(
-    parsed: GeneratedSource, seed: int, scratch: Path, workers: int | None
+    parsed: GeneratedSource, seed: int, heldout_seed: int, scratch: Path, workers: int | None
 ) -> tuple[list[GameRecord], list[GameRecord]]:
     executor = _executor(parsed.train + parsed.heldout, workers)
     try:
-        held = generate_split(seed, "heldout", split_counts(parsed.heldout), scratch, executor)
+        held = generate_split(heldout_seed, "heldout", split_counts(parsed.heldout), scratch, executor)
         train = generate_split(seed, "train", even_counts(parsed.train), scratch, executor)
     finally:
         if executor is not None:
@@ -328,9 +328,16 @@ def _norm(text: str) -> str:
 
 
 def stage(
-    train_dir: Path, heldout_dir: Path, *, source: str | None, seed: int, workers: int | None = None
+    train_dir: Path,
+    heldout_dir: Path,
+    *,
+    source: str | None,
+    seed: int,
+    workers: int | None = None,
+    heldout_seed: int | None = None,
 ) -> None:
-    """Write both artifacts (see the module docstring)."""
+    """Write both artifacts (see the module docstring). Generated games: train games from `seed`,
+    held-out games from `heldout_seed` (default `seed`; staging passes one derived from a secret)."""
     from importlib import resources
 
     parsed = parse_source(source)
@@ -338,7 +345,8 @@ def stage(
         scratch = train_dir.parent / ".scratch"
         scratch.mkdir(exist_ok=True)
         try:
-            held, train = _generated_records(parsed, seed, scratch, workers)
+            held_seed = seed if heldout_seed is None else heldout_seed
+            held, train = _generated_records(parsed, seed, held_seed, scratch, workers)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     else:

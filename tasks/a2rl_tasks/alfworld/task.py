@@ -67,7 +67,8 @@ class ALFWorldTask(Task):
     name = "alfworld"
     level = "L3"
     metric = "success rate (%)"
-    data_version = "1"
+    data_version = "2"
+    secret_heldout = True  # generated games (the official release's split is its own)
     #: Staging works without `--source` (games are generated).
     default_source: str | None = data.GENERATED
 
@@ -82,8 +83,16 @@ class ALFWorldTask(Task):
         suffix = "" if self.max_steps == MAX_STEPS else f"+steps{self.max_steps}"
         return EVALUATOR_VERSION + suffix
 
-    def stage(self, staged: StagedData, *, source: str | None = None, seed: int = 0) -> None:
-        data.stage(Path(staged.train_dir), Path(staged.heldout_dir), source=source, seed=seed)
+    def stage(
+        self, staged: StagedData, *, source: str | None = None, seed: int = 0, heldout_seed: int | None = None
+    ) -> None:
+        data.stage(
+            Path(staged.train_dir),
+            Path(staged.heldout_dir),
+            source=source,
+            seed=seed,
+            heldout_seed=heldout_seed,
+        )
 
     def load_heldout(self, heldout_dir: Path, limit: int | None = None) -> list[EpisodeSpec]:
         rows = read_heldout(Path(heldout_dir) / data.HELDOUT_FILE, limit)

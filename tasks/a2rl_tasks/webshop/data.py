@@ -86,15 +86,22 @@ def finish_split(
     return _renumber(train, "webshop-train", 5), _renumber(heldout, "webshop-test", 4)
 
 
-def builtin_shop(seed: int, per_family: int = 12, n_heldout: int = N_HELDOUT) -> Shop:
+def builtin_shop(
+    seed: int, per_family: int = 12, n_heldout: int = N_HELDOUT, heldout_seed: int | None = None
+) -> Shop:
+    """The catalogue, the product split and the training goals come from `seed`; the held-out
+    goals from `heldout_seed` (default `seed`; staging passes one derived from a secret)."""
     products = generate.catalogue(seed, per_family)
     held_asins = split_products([p.asin for p in products], seed)
-    rng = random.Random(f"webshop-goals-{seed}")
+    held_seed = seed if heldout_seed is None else heldout_seed
+    train_rng = random.Random(f"webshop-goals-{seed}")
+    held_rng = random.Random(f"webshop-heldout-goals-{held_seed}")
     train: list[Goal] = []
     heldout: list[Goal] = []
     for p in products:
         held = p.asin in held_asins
         want = HELDOUT_GOALS_PER_PRODUCT if held else TRAIN_GOALS_PER_PRODUCT
+        rng = held_rng if held else train_rng
         seen: set[str] = set()
         for _ in range(want * 4):
             g = generate.goal_for(rng, p, "")
@@ -103,7 +110,7 @@ def builtin_shop(seed: int, per_family: int = 12, n_heldout: int = N_HELDOUT) ->
                 (heldout if held else train).append(g)
             if len(seen) == want:
                 break
-    random.Random(f"webshop-order-{seed}").shuffle(heldout)
+    random.Random(f"webshop-order-{held_seed}").shuffle(heldout)
     train_goals, heldout_goals = finish_split(train, heldout, n_heldout)
     return Shop(products, train_goals, heldout_goals)
 
@@ -132,9 +139,10 @@ def directory_shop(path: Path, seed: int, n_heldout: int = N_HELDOUT) -> Shop:
     return Shop(products, train_goals, heldout_goals)
 
 
-def load_shop(source: str | None, seed: int) -> Shop:
+def load_shop(source: str | None, seed: int, heldout_seed: int | None = None) -> Shop:
+    """The built-in shop (held-out goals from `heldout_seed`) or a directory's (split by `seed`)."""
     if source is None or source.strip() in ("", BUILTIN):
-        return builtin_shop(seed)
+        return builtin_shop(seed, heldout_seed=heldout_seed)
     path = Path(source).expanduser()
     if not path.is_dir():
         raise A2rlError(

@@ -94,16 +94,19 @@ class WebShopTask(Task):
     level = "L3"
     metric = "success rate (%)"
     evaluator_version = "webshop-1"
-    data_version = "1"
+    data_version = "2"
+    secret_heldout = True  # the built-in shop's held-out goals
     default_source = data.BUILTIN
 
-    def stage(self, staged: StagedData, *, source: str | None = None, seed: int = 0) -> None:
+    def stage(
+        self, staged: StagedData, *, source: str | None = None, seed: int = 0, heldout_seed: int | None = None
+    ) -> None:
         train_dir, heldout_dir = Path(staged.train_dir), Path(staged.heldout_dir)
         if real.is_real_source(source):
             assert source is not None
             real.stage_real(train_dir, heldout_dir, source)
             return
-        data.write_shop(train_dir, heldout_dir, data.load_shop(source, seed))
+        data.write_shop(train_dir, heldout_dir, data.load_shop(source, seed, heldout_seed))
 
     def default_generation_batch(self) -> int:
         return 16
