@@ -18,8 +18,11 @@ from typing import Any, cast
 
 import pytest
 from a2rl_grader.report.write import REPORT_JSON, REPORT_MD, report_key, write_report
+from a2rl_recorder.dispatch import LocalDispatcher
+from a2rl_recorder.service import Recorder
 from a2rl_runner.run import _final_scores, _Prepared, _report
 from a2rl_runner.services import RecorderProcess, free_port
+from a2rl_tasks.base import StagedData
 
 from a2rl import integrity
 from a2rl.records.base import write_record
@@ -28,7 +31,7 @@ from a2rl.records.submission import SubmissionManifest
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.store.local import LocalStore
-from tests.support.recorder_support import LAYOUT, PREFIX, make_workspace
+from tests.support.recorder_support import LAYOUT, PREFIX, make_config, make_workspace
 from tests.support.report_runs import RunWriter
 
 SCORES = {0: 10.0, 1: 50.0, 2: 20.0, 3: 30.0, 4: 5.0}
@@ -200,3 +203,29 @@ def test_report_without_a_key_reads_results_as_stored(tmp_path: Path) -> None:
     report = write_report(store, LAYOUT)
     assert report.best_score == 50.0
     assert TAMPERED_ERROR not in store.get_bytes(report_key(LAYOUT, REPORT_MD)).decode()
+
+
+@pytest.mark.slow
+def test_the_recorder_seals_what_its_eval_process_reported(
+    tmp_path: Path, tiny_model: Path, staged_arith: StagedData
+) -> None:
+    """A real eval process (`a2rl eval submission`): the recorder seals the result the process
+    printed on its stdout; a later rewrite of result.json is never scored."""
+    store, key = LocalStore(tmp_path / "store"), integrity.new_key()
+    ws = make_workspace(tmp_path)
+    shutil.copytree(tiny_model, ws / "output" / "v1")
+    dispatcher = LocalDispatcher(
+        store, LAYOUT, task="arith", heldout=staged_arith.heldout_dir, backend="transformers", limit=2,
+        timeout_s=300, key=key,
+    )  # fmt: skip
+    recorder = Recorder(make_config(ws, run_key=key), store, dispatcher)
+    status, reply = recorder.submit({"model_path": "output/v1"})
+    assert status == 200 and isinstance(reply, dict) and reply["score"] is not None, reply
+    checked = checked_result(store, LAYOUT, 1, key)
+    assert checked is not None and checked.score == reply["score"] and not checked.tampered
+    assert not recorder.state.evaluating
+    doc = store.get_json(LAYOUT.submission_result(1))
+    store.put_json(LAYOUT.submission_result(1), {**doc, "score": 100.0})
+    _, entries = recorder.submissions()
+    assert isinstance(entries, list)
+    assert entries[0]["score"] is None and entries[0]["error"] == TAMPERED_ERROR
