@@ -58,6 +58,11 @@ def derive(key: bytes, *context: str) -> bytes:
     return hmac.new(key, "\0".join((_PURPOSE_VERSION, *context)).encode(), hashlib.sha256).digest()
 
 
+def fingerprint(key: bytes) -> str:
+    """A short public name of `key` (reveals nothing of it): which key signed a record."""
+    return derive(key, "fingerprint").hex()[:16]
+
+
 def key_line(key: bytes) -> bytes:
     """`key` as one line to hand to a child process through a pipe."""
     return key.hex().encode() + b"\n"

@@ -15,7 +15,7 @@
     <namespace>/<run>-<uid>/traces/<component>-<pid>-<token>-<n>.jsonl   spans (one object per batch)
     <namespace>/<run>-<uid>/traces.jsonl                 all spans of the run, merged (a2rl.tracing)
     baselines/<task>/<model-digest>/<evaluator-version>.json   baseline cache shared by all runs (cluster)
-    baselines/<task>/<model-digest>/<evaluator-version>-data-<held-out digest>.json   (local mode)
+    baselines/<task>/<model-digest>/<evaluator-version>-data-<held-out digest>-signer-<key>.json  (local)
     models/<name>/manifest.json, models/blobs/<sha256>   base models pushed for `store:<name>`
                                                          sources (a2rl.models.library)
 
@@ -127,6 +127,9 @@ def baseline_key(task: str, model_digest: str, evaluator_version: str) -> str:
     return f"baselines/{task}/{model_digest}/{evaluator_version}.json"
 
 
-def baseline_data_key(task: str, model_digest: str, evaluator_version: str, heldout_digest: str) -> str:
-    """The baseline cache entry of one held-out data set (its tree digest): local mode's key."""
-    return f"baselines/{task}/{model_digest}/{evaluator_version}-data-{heldout_digest}.json"
+def baseline_data_key(
+    task: str, model_digest: str, evaluator_version: str, heldout_digest: str, signer: str
+) -> str:
+    """Local mode's baseline cache entry: of one held-out data set (its tree digest), signed by
+    one machine's key (`signer`: its fingerprint), so machines sharing a store keep their own."""
+    return f"baselines/{task}/{model_digest}/{evaluator_version}-data-{heldout_digest}-signer-{signer}.json"

@@ -1,8 +1,9 @@
 """The baseline (submission 0): the base model's score, cached across runs.
 
 Cache key: `baselines/<task>/<model digest>/<evaluator version>.json` (`a2rl.store.layout.baseline_key`;
-the operator's), and in local mode `…/<evaluator version>-data-<held-out digest>.json`
-(`baseline_data_key`: staging other held-out data never reuses a stale baseline); an evaluation
+the operator's), and in local mode `…/<evaluator version>-data-<held-out digest>-signer-<key
+fingerprint>.json` (`baseline_data_key`: staging other held-out data never reuses a stale
+baseline; machines sharing a store keep their own entries); an evaluation
 limited to the first N items is cached under `<evaluator version>+limitN` so a smoke-test
 baseline never stands in for a full one. Failed evaluations are not cached. An entry is a
 `BaselineEntry` (`a2rl.records.baseline`): the score, never the per-item details (gold answers).
@@ -21,6 +22,7 @@ from typing import Any
 from a2rl_tasks.base import Task
 
 from a2rl.constants import BASELINE_INDEX
+from a2rl.integrity import fingerprint
 from a2rl.records.base import read_record, write_record
 from a2rl.records.baseline import BaselineEntry
 from a2rl.records.result import ResultRecord
@@ -42,12 +44,17 @@ def cache_version(task: Task, limit: int | None) -> str:
 
 
 def baseline_cache_key(
-    task: Task, model_digest: str, limit: int | None, heldout_digest: str | None = None
+    task: Task,
+    model_digest: str,
+    limit: int | None,
+    heldout_digest: str | None = None,
+    signer: str | None = None,
 ) -> str:
-    """The cache key; with `heldout_digest` (local mode) the held-out data's tree digest is in it."""
-    if heldout_digest is None:
+    """The cache key; in local mode (`heldout_digest` and `signer`, the fingerprint of the key
+    that signs the entry) the held-out data's tree digest and the signer are in it."""
+    if heldout_digest is None or signer is None:
         return baseline_key(task.name, model_digest, cache_version(task, limit))
-    return baseline_data_key(task.name, model_digest, cache_version(task, limit), heldout_digest)
+    return baseline_data_key(task.name, model_digest, cache_version(task, limit), heldout_digest, signer)
 
 
 def baseline_submission_manifest(tree: TreeRecord, digest: str, base_name: str) -> SubmissionManifest:
@@ -92,8 +99,11 @@ def evaluate_baseline(
     check_heldout(heldout_dir)
     tree: TreeManifest = hash_tree(model_dir)
     digest = tree.digest
-    heldout_digest = hash_tree(heldout_dir).digest if cache_mac_key is not None else None
-    key = baseline_cache_key(task, digest, options.limit, heldout_digest)
+    if cache_mac_key is None:
+        key = baseline_cache_key(task, digest, options.limit)
+    else:
+        heldout_digest = hash_tree(heldout_dir).digest
+        key = baseline_cache_key(task, digest, options.limit, heldout_digest, fingerprint(cache_mac_key))
     write_record(
         store,
         layout.submission_manifest(BASELINE_INDEX),

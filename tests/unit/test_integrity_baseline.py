@@ -43,7 +43,10 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _entry_key(tiny: Path, heldout: Path) -> str:
-    return baseline_cache_key(get_task("arith"), hash_tree(tiny).digest, LIMIT, hash_tree(heldout).digest)
+    signer = integrity.fingerprint(machine_key(BASELINE_CACHE_KEY))
+    return baseline_cache_key(
+        get_task("arith"), hash_tree(tiny).digest, LIMIT, hash_tree(heldout).digest, signer
+    )
 
 
 def _evaluate(store: LocalStore, tiny: Path, heldout: Path) -> Any:
