@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -229,3 +230,42 @@ def test_the_recorder_seals_what_its_eval_process_reported(
     _, entries = recorder.submissions()
     assert isinstance(entries, list)
     assert entries[0]["score"] is None and entries[0]["error"] == TAMPERED_ERROR
+
+
+class _SealingDispatcher:
+    """Like the real one: result.json is in the store before the dispatcher seals it; `written`
+    is set in between and the seal waits for `release`."""
+
+    def __init__(self, store: ObjectStore, key: bytes) -> None:
+        self.store, self.key = store, key
+        self.written, self.release = threading.Event(), threading.Event()
+
+    def evaluate(self, index: int) -> ResultRecord:
+        result = ResultRecord(index=index, task="arith", score=60.0, error=None)
+        write_record(self.store, LAYOUT.submission_result(index), result)
+        self.written.set()
+        self.release.wait(30)
+        seal_result(self.store, LAYOUT, index, result, self.key)
+        return result
+
+
+def test_a_result_being_sealed_is_pending_not_tampered(tmp_path: Path) -> None:
+    store, key = LocalStore(tmp_path / "store"), integrity.new_key()
+    ws = make_workspace(tmp_path)
+    (ws / "output" / "v1").mkdir()
+    (ws / "output" / "v1" / "config.json").write_text("{}")
+    dispatcher = _SealingDispatcher(store, key)
+    recorder = Recorder(make_config(ws, run_key=key), store, dispatcher)
+    replies: list[Any] = []
+    thread = threading.Thread(target=lambda: replies.append(recorder.submit({"model_path": "output/v1"})))
+    thread.start()
+    try:
+        assert dispatcher.written.wait(30)
+        _, entries = recorder.submissions()
+        assert isinstance(entries, list) and entries[0]["score"] is None and entries[0]["error"] is None
+    finally:
+        dispatcher.release.set()
+        thread.join(30)
+    assert replies[0][0] == 200 and replies[0][1]["score"] == 60.0
+    _, entries = recorder.submissions()
+    assert isinstance(entries, list) and entries[0]["score"] == 60.0
