@@ -278,9 +278,9 @@ class Recorder:
                 copied = baseline.model_copy(
                     update={"index": index, "model_digest": digest, "copied_from_baseline": True}
                 )
-                write_record(self.store, self.layout.submission_result(index), copied)
-                if key is not None:
+                if key is not None:  # the seal first: no reader sees the result unsealed
                     seal_result(self.store, self.layout, index, copied, key)
+                write_record(self.store, self.layout.submission_result(index), copied)
                 return copied
         with self._eval_lock:
             self.state.evaluating.add(index)  # its result.json exists before its seal does

@@ -9,10 +9,12 @@ import pytest
 from a2rl_tasks import get_task
 from a2rl_tasks.base import StagedData
 
+from a2rl.integrity import fingerprint
 from a2rl.launch import run_a2rl
+from a2rl.local_keys import BASELINE_CACHE_KEY, machine_key
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import hash_tree, snapshot_tree
-from a2rl.store.layout import RunLayout, baseline_key
+from a2rl.store.layout import RunLayout, baseline_data_key
 from a2rl.store.open import open_store
 
 pytestmark = pytest.mark.slow
@@ -118,8 +120,11 @@ def test_baseline_is_cached_across_runs(
     assert first["cached"] is False and first["error"] is None and first["index"] == 0
     digest = hash_tree(tiny_model).digest
     version = get_task("arith").evaluator_version
-    assert store.exists(baseline_key("arith", digest, f"{version}+limit{LIMIT}"))
-    assert not store.exists(baseline_key("arith", digest, version))  # a limited run never poses as full
+    # Local mode's key: the held-out data's digest and the signing key's fingerprint are in it.
+    signer = fingerprint(machine_key(BASELINE_CACHE_KEY))
+    data = hash_tree(heldout).digest
+    assert store.exists(baseline_data_key("arith", digest, f"{version}+limit{LIMIT}", data, signer))
+    assert not store.exists(baseline_data_key("arith", digest, version, data, signer))  # never poses as full
 
     rc, out, err = _eval(["baseline", *_common(store_uri, run_b, heldout), *args], tmp_path)
     assert rc == 0, err
