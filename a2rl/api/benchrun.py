@@ -29,6 +29,7 @@ from a2rl.constants import (
     ENV_JUDGE_BASE_URL,
     ENV_JUDGE_MODEL,
     ENV_SEED,
+    WORKSPACE_MOUNT,
 )
 
 # Variables a2rl sets for the agent; `spec.agent.env` may not override them.
@@ -74,6 +75,31 @@ def _env_names_rule() -> str:
     return f"self.all(e, !(e.name in [{names}]))"
 
 
+# The API server's half of `working_dir_problem` (CEL has no path normalisation: no `..` at all).
+_WORKING_DIR_RULE = (
+    "!self.matches('(^|/)[.][.](/|$)') && "
+    f"(!self.startsWith('/') || self == '{WORKSPACE_MOUNT}' || self.startsWith('{WORKSPACE_MOUNT}/'))"
+)
+
+
+def working_dir_problem(wd: str) -> str | None:
+    """Why `spec.agent.workingDir` would leave the workspace (None: it stays inside)."""
+    if "\0" in wd:
+        return "must not contain NUL characters"
+    if ".." in wd.split("/"):
+        return f"must stay inside the workspace: '..' is not allowed (got {wd!r})"
+    if wd.startswith("/") and not (wd == WORKSPACE_MOUNT or wd.startswith(f"{WORKSPACE_MOUNT}/")):
+        return f"must stay inside the workspace: relative to it, or under {WORKSPACE_MOUNT}/ (got {wd!r})"
+    return None
+
+
+def _no_nul(values: list[str]) -> list[str]:
+    for i, value in enumerate(values):
+        if "\0" in value:
+            raise rule_error("must not contain NUL characters", f"[{i}]")
+    return values
+
+
 class AgentSpec(ApiModel):
     """The agent program: what runs in the workspace with the budget."""
 
@@ -102,14 +128,38 @@ class AgentSpec(ApiModel):
         },
     )
     working_dir: str | None = Field(
-        default=None, max_length=4096, description="Working directory (default: the workspace root)."
+        default=None,
+        max_length=4096,
+        description=(
+            "Working directory inside the workspace (default: the workspace root): relative to "
+            f"the workspace, or absolute under `{WORKSPACE_MOUNT}` (where the workspace is mounted "
+            "in a cluster); `..` is not allowed."
+        ),
+        json_schema_extra={
+            X_VALIDATIONS: [cel(_WORKING_DIR_RULE, "workingDir must stay inside the workspace")]
+        },
     )
+
+    @field_validator("working_dir")
+    @classmethod
+    def _working_dir_inside(cls, wd: str | None) -> str | None:
+        problem = working_dir_problem(wd) if wd else None
+        if problem:
+            raise rule_error(problem)
+        return wd
+
+    @field_validator("command", "args")
+    @classmethod
+    def _argv_without_nul(cls, argv: list[str]) -> list[str]:
+        return _no_nul(argv)  # no process can be started with a NUL in its argv
 
     @field_validator("env")
     @classmethod
     def _env_names(cls, env: list[EnvVar]) -> list[EnvVar]:
         seen: set[str] = set()
         for i, var in enumerate(env):
+            if "\0" in var.value:
+                raise rule_error("must not contain NUL characters", f"[{i}].value")
             if var.name in RESERVED_AGENT_ENV:
                 raise rule_error(f"{var.name} is set by a2rl and cannot be overridden", f"[{i}].name")
             if var.name in seen:

@@ -3,12 +3,20 @@
 Every problem is one `path: message` line with the camelCase path the user wrote
 (`spec.budget.wallTimeSeconds: must be ≥ 1`). Validation is strict like Kubernetes: unknown
 fields (snake_case included), wrong types (`"5"` for an integer) and duplicate keys are errors.
+
+Hostile files are one-line errors too: a file is read only when it is a regular file of at most
+`MAX_DOCUMENT_BYTES` (never more than that is read: `/dev/zero` or a FIFO is refused, not
+read), YAML nested deeper than `MAX_YAML_DEPTH` is refused before it reaches a recursive parser,
+and aliases may not expand a document beyond `MAX_YAML_NODES` nodes ("billion laughs").
 """
 
 from __future__ import annotations
 
 import difflib
+import errno
 import json
+import os
+import stat
 from collections.abc import Collection
 from datetime import date, datetime
 from functools import cache
@@ -29,9 +37,75 @@ from a2rl.errors import A2rlError, InvalidDocumentError
 Resource = BenchRun | BenchSubmission
 MODELS: dict[str, type[BaseModel]] = {BENCHRUN_KIND: BenchRun, BENCHSUBMISSION_KIND: BenchSubmission}
 
+#: Largest BenchRun/BenchSubmission file read (a real one is a few KiB).
+MAX_DOCUMENT_BYTES = 1 << 20
+#: Deepest nesting of YAML collections (a BenchRun needs about 6 levels).
+MAX_YAML_DEPTH = 100
+#: Most nodes a document may have once its aliases are expanded.
+MAX_YAML_NODES = 1_000_000
+
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (Kubernetes' strict decoding does too)."""
+    """SafeLoader that refuses duplicate keys (Kubernetes' strict decoding does too), nesting
+    deeper than `MAX_YAML_DEPTH` and aliases that expand beyond `MAX_YAML_NODES` nodes."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        # PyYAML composes and constructs recursively: stop long before Python's recursion limit.
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", self.peek_event().start_mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self) -> yaml.Node | None:
+        node = super().compose_document()
+        problem = _expansion_problem(node) if node is not None else None
+        if problem and node is not None:
+            raise yaml.composer.ComposerError(None, None, problem, node.start_mark)
+        return node
+
+
+def _expansion_problem(root: yaml.Node) -> str | None:
+    """Why the node graph under `root` is too large once aliases are expanded (None: it is not).
+
+    Iterative and memoised, so a shared node is counted once per use without being walked again."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()  # the ancestors of what is being walked: a repeat is a cycle
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, walked = stack.pop()
+        key = id(node)
+        children = _child_nodes(node)
+        if walked:
+            open_nodes.discard(key)
+            sizes[key] = 1 + sum(sizes[id(child)] for child in children)
+            if sizes[key] > MAX_YAML_NODES:
+                return f"aliases expand the document beyond {MAX_YAML_NODES} nodes"
+            continue
+        if key in sizes:
+            continue
+        if key in open_nodes:
+            return "an alias refers to a collection that contains it"
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in children if id(child) not in sizes)
+    return None
+
+
+def _child_nodes(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -59,6 +133,8 @@ def parse_yaml(text: str, source: str) -> Any:
         raise InvalidDocumentError(source, [f"invalid YAML{where}: {what}"]) from None
     except yaml.YAMLError as exc:
         raise InvalidDocumentError(source, [f"invalid YAML: {exc}"]) from None
+    except RecursionError:  # MAX_YAML_DEPTH keeps PyYAML well inside the limit; never a traceback
+        raise InvalidDocumentError(source, ["invalid YAML: nested too deeply"]) from None
     if not docs:
         raise InvalidDocumentError(source, ["the file holds no document"])
     if len(docs) > 1:
@@ -70,15 +146,57 @@ def parse_yaml(text: str, source: str) -> Any:
 
 def read_document(path: Path) -> Any:
     """The YAML document in the file at `path` (one-line A2rlError when it cannot be read)."""
+    return parse_yaml(read_document_text(path), str(path))
+
+
+_FILE_TYPES = {
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def read_document_text(path: Path, max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
+    """The text of the regular file at `path`, at most `max_bytes` of UTF-8 (one-line A2rlError
+    otherwise). Opened non-blocking, so a FIFO cannot hang us, and never read past the cap."""
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise A2rlError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise A2rlError(f"{path}: is a directory, not a YAML file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise A2rlError(f"{path}: cannot read: {exc}") from None
-    return parse_yaml(text, str(path))
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket, or a FIFO nobody writes to
+            raise A2rlError(f"{path}: not a regular file; give a YAML file") from None
+        raise A2rlError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise A2rlError(f"{path}: is a directory, not a YAML file")
+        if not stat.S_ISREG(mode):
+            what = _FILE_TYPES.get(stat.S_IFMT(mode), "a special file")
+            raise A2rlError(f"{path}: is {what}, not a YAML file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= max_bytes and (chunk := os.read(fd, max_bytes + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise A2rlError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise A2rlError(
+            f"{path}: larger than {_size(max_bytes)}, the limit for a BenchRun or BenchSubmission file"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise A2rlError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n} bytes"
 
 
 def _json_default(value: Any) -> str:

@@ -14,7 +14,7 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from a2rl.api.benchrun import BenchRunSpec
 from a2rl.constants import (
@@ -42,6 +42,7 @@ from a2rl.constants import (
     ENV_STORE_URI,
     ENV_TASK,
     ENV_WORKSPACE,
+    WORKSPACE_MOUNT,
 )
 from a2rl.errors import A2rlError
 from a2rl.store.layout import RunLayout
@@ -108,11 +109,15 @@ def agent_env(
 
 
 def agent_cwd(spec: BenchRunSpec, ws: Workspace) -> Path:
+    """`spec.agent.workingDir` in the workspace at `ws`: relative to it, or a path under the
+    cluster's mount point (`/workspace/...`, which validation allows) taken relative to it too."""
     wd = spec.agent.working_dir
     if not wd:
         return ws.root
-    path = Path(wd)
-    return path if path.is_absolute() else ws.root / path
+    path = PurePosixPath(wd)
+    if path.is_absolute():
+        path = path.relative_to(WORKSPACE_MOUNT)
+    return ws.root / path
 
 
 def eval_environ(spec: BenchRunSpec, environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,4 +1,8 @@
-"""`a2rl validate FILE...`: check BenchRun / BenchSubmission files as the API server would."""
+"""`a2rl validate FILE...`: check BenchRun / BenchSubmission files as the API server would.
+
+Like grep: every file gets its verdict; exit 0 when all are valid, 1 when one is invalid, 2 when
+one could not be read at all (missing, not a regular file, over the size cap, not UTF-8).
+"""
 
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ def _validate(args: argparse.Namespace) -> int:
     from a2rl.api.benchrun import BenchRun
     from a2rl.api.load import load_resource
 
-    failed = 0
+    failed = unreadable = 0
     for path in args.files:
         try:
             obj = load_resource(path, TASKS)
@@ -29,11 +33,11 @@ def _validate(args: argparse.Namespace) -> int:
             print(exc)
             continue
         except A2rlError as exc:
-            failed += 1
+            unreadable += 1
             print(exc if str(exc).startswith(str(path)) else f"{path}: {exc}")
             continue
         if isinstance(obj, BenchRun):
             print(f"{path}: valid (BenchRun {obj.metadata.name}, task {obj.spec.task})")
         else:
             print(f"{path}: valid (BenchSubmission {obj.metadata.name}, run {obj.spec.run_name})")
-    return 1 if failed else 0
+    return 2 if unreadable else 1 if failed else 0

@@ -1,4 +1,5 @@
-"""`a2rl validate FILE...`: one verdict per file, every problem listed, exit 1 on problems."""
+"""`a2rl validate FILE...`: one verdict per file, every problem listed, exit 1 on problems, 2 when
+a file cannot be read."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def test_valid_and_invalid_files(tmp_path: Path, capsys: pytest.CaptureFixture[s
     bad.write_text(INVALID)
     assert main(["validate", str(good)]) == 0
     assert capsys.readouterr().out == f"{good}: valid (BenchRun arith-sft, task arith)\n"
-    assert main(["validate", str(good), str(bad), str(tmp_path / "missing.yaml")]) == 1
+    assert main(["validate", str(good), str(bad)]) == 1
+    capsys.readouterr()
+    assert main(["validate", str(good), str(bad), str(tmp_path / "missing.yaml")]) == 2
     out = capsys.readouterr().out.splitlines()
     assert out == [
         f"{good}: valid (BenchRun arith-sft, task arith)",
