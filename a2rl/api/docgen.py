@@ -22,8 +22,10 @@ a2rl has two resources in the API group `a2rl.dev/v1alpha1`, both namespaced:
 The pydantic models in `a2rl/api/` are the single source of truth: the CRDs in `crds/` and this page
 are generated from them (`a2rl crds generate`, `a2rl crds docs`), and a test fails when they drift.
 The same rules hold in both modes: `a2rl validate FILE` checks a file locally with the messages
-the API server would give (unknown fields, wrong types and bounds are errors), plus the one check
-the API server cannot make: that the task exists.
+the API server would give (unknown fields, wrong types and bounds are errors), plus the checks
+the API server cannot make: that the task exists, and that the agent's command, arguments and
+environment hold no NUL character. It reads a file only when it is a regular file of at most
+1 MiB and refuses YAML nested deeper than 100 levels (one line each; [cli.md](cli.md)).
 
 Fields that define the experiment cannot change after creation (`task`, `baseModel`, `agent`,
 `driver`, `budget`, `evaluation`, `seed`): create a new BenchRun instead. Operational settings

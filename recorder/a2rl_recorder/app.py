@@ -30,7 +30,7 @@ from a2rl.workspace import update_run_meta
 from a2rl_recorder.clock import recorded_run_start
 from a2rl_recorder.config import RecorderConfig
 from a2rl_recorder.dispatch import EvaluationDispatcher, LocalDispatcher
-from a2rl_recorder.server import RecorderHTTPServer
+from a2rl_recorder.server import RecorderHTTPServer, RecorderUnixServer
 from a2rl_recorder.service import Recorder
 from a2rl_recorder.snapshots import CodeWatcher
 from a2rl_recorder.spool import SpoolingStore, default_spool_dir
@@ -123,13 +123,22 @@ def serve(
         server = RecorderHTTPServer(recorder, config.host, config.port)
     except OSError as exc:
         raise A2rlError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from exc
+    servers: list[RecorderHTTPServer | RecorderUnixServer] = [server]
+    if config.socket_path is not None:  # the same API for the local sandbox to relay
+        try:
+            servers.append(RecorderUnixServer(recorder, config.socket_path))
+        except OSError as exc:
+            server.server_close()
+            raise A2rlError(
+                f"cannot listen on the Unix socket {config.socket_path}: {exc.strerror or exc}"
+            ) from exc
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         _install_signal_handlers(stop)
     watcher = CodeWatcher(recorder.code, poll_s=config.code_poll_s, debounce_s=config.code_debounce_s)
     watcher.start()
-    thread = threading.Thread(target=server.serve_forever, name="a2rl-recorder-http", daemon=True)
-    thread.start()
+    for srv in servers:  # both listen before the ready line
+        threading.Thread(target=srv.serve_forever, name="a2rl-recorder-http", daemon=True).start()
     print(READY_LINE.format(host=config.host, port=server.port), flush=True)
     if on_ready is not None:
         on_ready(server.port)
@@ -155,8 +164,9 @@ def serve(
             )
         with tracing.span("recorder_drain", start_time_ns=drain_start_ns):
             pass  # from SIGTERM to everything recorded: in-flight evaluation, final code, spool
-        server.shutdown()
-        server.server_close()
+        for srv in servers:
+            srv.shutdown()
+            srv.server_close()  # the Unix socket's file goes with it
         tracing.shutdown()
     print("a2rl-recorder stopped", file=sys.stderr, flush=True)
     return 0

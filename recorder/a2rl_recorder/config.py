@@ -33,6 +33,8 @@ class RecorderConfig:
     run_start: float
     timeout_s: float
     port: int = c.DEFAULT_RECORDER_PORT
+    #: Also serve the grading API on this Unix socket (`A2RL_RECORDER_SOCKET`; the local sandbox).
+    socket_path: Path | None = None
     max_submissions: int | None = None
     base_model_digest: str | None = None
     heldout_path: Path | None = None
@@ -82,6 +84,7 @@ class RecorderConfig:
         heldout = e.get(c.ENV_HELDOUT_PATH)
         dispatch = _dispatch(e, heldout)
         spool = e.get(c.ENV_SPOOL_DIR)
+        socket_path = (e.get(c.ENV_RECORDER_SOCKET) or "").strip()
         return cls(
             store_uri=e.get(c.ENV_STORE_URI) or None,
             run_prefix=e[c.ENV_RUN_PREFIX],
@@ -90,6 +93,7 @@ class RecorderConfig:
             run_start=_num(e, c.ENV_RUN_START, float, time.time()),
             timeout_s=_num(e, c.ENV_RUN_TIMEOUT, float, 0.0),
             port=_num(e, c.ENV_RECORDER_PORT, int, c.DEFAULT_RECORDER_PORT),
+            socket_path=Path(socket_path).expanduser().absolute() if socket_path else None,
             max_submissions=_opt_int(e, c.ENV_MAX_SUBMISSIONS),
             base_model_digest=e.get(c.ENV_BASE_MODEL_DIGEST) or None,
             heldout_path=Path(heldout).expanduser() if heldout else None,

@@ -1,17 +1,27 @@
-"""The grading API over HTTP (stdlib `ThreadingHTTPServer`, bound to 127.0.0.1 only).
+"""The grading API over HTTP (stdlib `ThreadingHTTPServer`, bound to 127.0.0.1 only), and the
+same API on a Unix socket when asked (`RecorderUnixServer`, for the local sandbox to relay).
 
     POST /submit        {"model_path": "output/v1"}
-    GET  /health        GET /time        GET /submissions
+    GET  /health        GET /time        GET /submissions     (HEAD: the same, without the body)
 
 Every answer is JSON, errors included (`{"error": "..."}`): bad JSON → 400, unknown path → 404,
-wrong method → 405 (with `Allow`).
+wrong method → 405 (with `Allow`), and what the HTTP layer itself refuses — a malformed request
+line or header (400), a request line over 64 KiB (414), an unknown method (501), an
+unsupported HTTP version (505) — closes the connection after a JSON error as well.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
+import os
+import socketserver
+import stat
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from a2rl_recorder.service import Recorder, Reply
@@ -19,6 +29,14 @@ from a2rl_recorder.service import Recorder, Reply
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
+#: Pending connections the kernel queues before refusing (the stdlib's default of 5 dropped most
+#: of 200 simultaneous clients; the kernel caps it at net.core.somaxconn).
+LISTEN_BACKLOG = 1024
+#: After a protocol error, what is still unread of the request is read (at most this much, for at
+#: most this long) before closing, so the client gets the JSON answer instead of a reset.
+_DRAIN_BYTES = 1 << 20
+_DRAIN_S = 1.0
+_MAX_ECHO = 200  # characters of a bad request line quoted back
 
 ROUTES: dict[str, dict[str, str]] = {
     "/submit": {"POST": "submit"},
@@ -28,8 +46,15 @@ ROUTES: dict[str, dict[str, str]] = {
 }
 
 
-class RecorderHTTPServer(ThreadingHTTPServer):
+class _ServesRecorder:
+    """What both servers share: the recorder, daemon threads, a realistic listen backlog."""
+
+    recorder: Recorder
     daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
+
+
+class RecorderHTTPServer(_ServesRecorder, ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, recorder: Recorder, host: str, port: int) -> None:
@@ -41,12 +66,83 @@ class RecorderHTTPServer(ThreadingHTTPServer):
         return int(self.server_address[1])
 
 
+class RecorderUnixServer(_ServesRecorder, socketserver.ThreadingUnixStreamServer):
+    """The grading API on a Unix socket at `path` (mode 0600; a stale socket there is replaced,
+    anything else there is an error). The socket file is removed by `server_close`."""
+
+    def __init__(self, recorder: Recorder, path: Path) -> None:
+        self.recorder = recorder
+        self.path = path
+        _remove_stale_socket(path)
+        super().__init__(str(path), _Handler, bind_and_activate=False)
+        try:
+            os.fchmod(self.socket.fileno(), 0o600)  # Linux creates the socket file with this mode
+            self.server_bind()
+            self._inode = os.stat(path).st_ino
+            os.chmod(path, 0o600)
+            self.server_activate()
+        except BaseException:
+            self.server_close()
+            raise
+
+    def server_close(self) -> None:
+        super().server_close()
+        with contextlib.suppress(OSError):
+            if os.lstat(self.path).st_ino == getattr(self, "_inode", None):
+                self.path.unlink()
+
+
+def _remove_stale_socket(path: Path) -> None:
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise FileExistsError(errno.EEXIST, "exists and is not a socket", str(path))
+    path.unlink()
+
+
 class _Handler(BaseHTTPRequestHandler):
-    server: RecorderHTTPServer
+    server: RecorderHTTPServer | RecorderUnixServer
     protocol_version = "HTTP/1.1"
+    # A two-word request line ("GET /health", HTTP/0.9) still gets a status line and headers.
+    default_request_version = "HTTP/1.0"
+
+    def address_string(self) -> str:
+        # A Unix socket's peer has no address ('' in client_address).
+        addr = self.client_address
+        return str(addr[0]) if isinstance(addr, tuple) and addr else "unix"
 
     def log_message(self, format: str, *args: Any) -> None:
         log.info("%s %s", self.address_string(), format % args)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Errors of the HTTP layer itself (bad request line or header, unknown method, a line
+        over 64 KiB, …): JSON like every other answer, then the connection is closed."""
+        short = self.responses.get(code, ("error", ""))[0]
+        text = message or short
+        if len(text) > _MAX_ECHO:
+            text = text[:_MAX_ECHO] + "…"
+        self.log_error("code %d, message %s", code, text)
+        if not self.request_version:  # the 414 path leaves it empty: answer in HTTP/1.0 then
+            self.request_version = "HTTP/1.0"
+        self.close_connection = True
+        self._send(code, {"error": f"{short}: {text}" if text != short else short}, {"Connection": "close"})
+        with contextlib.suppress(OSError):
+            self.wfile.flush()
+        self._drain_request()
+
+    def _drain_request(self) -> None:
+        # Unread request bytes at close() make the kernel send a reset, which can destroy the
+        # answer before the client reads it. Read what the client already sent, bounded.
+        with contextlib.suppress(OSError, ValueError):
+            self.connection.settimeout(0.1)
+            end, left = time.monotonic() + _DRAIN_S, _DRAIN_BYTES
+            while left > 0 and time.monotonic() < end:
+                chunk = self.rfile.read1(min(left, 65536))
+                if not chunk:
+                    break
+                left -= len(chunk)
 
     def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body, sort_keys=True).encode() + b"\n"
@@ -56,18 +152,21 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":
+            self.wfile.write(data)
 
     def _route(self, method: str) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         methods = ROUTES.get(path)
+        if method == "HEAD" and methods is not None and "GET" in methods:
+            method = "GET"  # GET without the body (`_send` leaves it out)
         if methods is None:
             self._discard_body()
             self._send(404, {"error": f"unknown endpoint {path}; try {', '.join(sorted(ROUTES))}"})
             return
         if method not in methods:
             self._discard_body()
-            allowed = ", ".join(sorted(methods))
+            allowed = ", ".join(sorted({*methods, *(["HEAD"] if "GET" in methods else [])}))
             self._send(
                 405, {"error": f"{method} is not allowed on {path}; use {allowed}"}, {"Allow": allowed}
             )
@@ -97,6 +196,8 @@ class _Handler(BaseHTTPRequestHandler):
         length = self._content_length()
         if 0 < length <= MAX_BODY_BYTES:
             self.rfile.read(length)
+        elif length > MAX_BODY_BYTES:
+            self.close_connection = True  # not read: the connection cannot carry another request
 
     def _json_body(self) -> tuple[Any] | None:
         length = self._content_length()
@@ -125,3 +226,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_PATCH(self) -> None:
         self._route("PATCH")
+
+    def do_HEAD(self) -> None:
+        self._route("HEAD")
+
+    def do_OPTIONS(self) -> None:
+        self._route("OPTIONS")

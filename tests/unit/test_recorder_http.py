@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import os
+import select
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -18,6 +23,7 @@ from typing import Any
 import pytest
 from a2rl_recorder.app import serve
 
+from a2rl.errors import A2rlError
 from a2rl.launch import a2rl_argv
 from a2rl.store.local import LocalStore
 from tests.support.recorder_support import (
@@ -228,3 +234,156 @@ def test_cli_config_errors_are_one_line(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines() == [
         f"a2rl: error: recorder configuration incomplete: set {missing}"
     ]
+
+
+# --- hostile HTTP: every error is JSON, the backlog holds, the Unix socket ---------------------
+
+
+def raw_exchange(port: int, request: bytes, timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
+    """Send `request` as is; (status, headers, body) of the answer, read until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in header_lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"OPTIONS /health HTTP/1.1\r\nConnection: close\r\n\r\n", 405),
+        (b"OPTIONS /nope HTTP/1.1\r\nConnection: close\r\n\r\n", 404),
+        (b"garbage\r\n\r\n", 400),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 tls hello\r\n\r\n", 400),
+        (b"GET /health HTTP/9.9\r\n\r\n", 505),
+        (b"BREW /health HTTP/1.1\r\n\r\n", 501),
+        (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+        (b"GET /health HTTP/1.1\r\nX-Big: " + b"b" * 70_000 + b"\r\n\r\n", 431),
+        (b"GET /health HTTP/1.1\r\n" + b"X: y\r\n" * 150 + b"\r\n", 431),
+    ],
+    ids=[
+        "options",
+        "options-unknown",
+        "garbage",
+        "tls",
+        "version",
+        "method",
+        "url-70k",
+        "header-70k",
+        "headers",
+    ],
+)
+def test_protocol_errors_are_json(running: Running, request_bytes: bytes, status: int) -> None:
+    """The grading API promises JSON for every answer: the HTTP layer's own errors too (not
+    http.server's HTML page), with a status line even when the request line is garbage."""
+    got, headers, body = raw_exchange(running.port, request_bytes)
+    assert got == status
+    assert headers["content-type"] == "application/json"
+    error = json.loads(body)["error"]
+    assert isinstance(error, str) and error and "<" not in error
+    assert len(body) < 1000  # a 70 KB request line is not echoed back
+
+
+def test_head_is_get_without_a_body(running: Running) -> None:
+    status, headers, body = raw_exchange(running.port, b"HEAD /health HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert status == 200 and headers["content-type"] == "application/json" and body == b""
+    assert int(headers["content-length"]) > 0
+    status, headers, body = raw_exchange(running.port, b"HEAD /submit HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert status == 405 and headers["allow"] == "POST" and body == b""
+    assert headers["content-type"] == "application/json"
+
+
+def test_200_simultaneous_connections_all_get_an_answer(tmp_path: Path) -> None:
+    """200 clients connect before the server accepts any and all get their answer in time (the
+    listen backlog holds them: with the stdlib's 5, most of them were dropped)."""
+    from a2rl_recorder.server import RecorderHTTPServer
+    from a2rl_recorder.service import Recorder
+
+    store = LocalStore(tmp_path / "store")
+    recorder = Recorder(make_config(make_workspace(tmp_path)), store, StoreBackedDispatcher(store))
+    server = RecorderHTTPServer(recorder, "127.0.0.1", 0)
+    clients = [socket.socket() for _ in range(200)]
+    answers: dict[socket.socket, bytes] = {}
+    try:
+        for sock in clients:
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", server.port))
+        select.select([], clients, [], 2.0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        for sock in clients:
+            with contextlib.suppress(OSError):
+                sock.send(b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")
+        pending, deadline = set(clients), time.monotonic() + 15
+        while pending and time.monotonic() < deadline:
+            readable, _, _ = select.select(list(pending), [], [], 0.5)
+            for sock in readable:
+                try:
+                    chunk = sock.recv(65536)
+                except OSError:
+                    chunk = b""
+                answers[sock] = answers.get(sock, b"") + chunk
+                if not chunk:
+                    pending.discard(sock)
+    finally:
+        for sock in clients:
+            sock.close()
+        server.shutdown()
+        server.server_close()
+    answered = sum(1 for data in answers.values() if data.startswith(b"HTTP/1.1 200 "))
+    assert answered == 200, f"{answered} of 200 simultaneous connections answered"
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: Path) -> None:
+        super().__init__("localhost", timeout=10)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(10)
+        sock.connect(str(self.socket_path))
+        self.sock = sock
+
+
+def test_the_api_on_a_unix_socket(tmp_path: Path) -> None:
+    """A2RL_RECORDER_SOCKET: the same API on a Unix socket (mode 0600; a stale socket file is
+    replaced; the file is gone after the stop), next to the TCP port."""
+    sock_path = tmp_path / "api.sock"
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(sock_path))
+    stale.close()  # a socket file nobody listens on: what a crashed recorder leaves
+    r = Running(tmp_path, socket_path=sock_path)
+    r.thread.start()
+    assert r.ready.wait(10)
+    try:
+        assert stat.S_IMODE(os.stat(sock_path).st_mode) == 0o600
+        conn = _UnixHTTPConnection(sock_path)
+        conn.request("GET", "/health")
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read())["status"] == "ok"
+        conn.request("OPTIONS", "/health")  # keep-alive: a second request on the same connection
+        resp = conn.getresponse()
+        assert resp.status == 405 and "error" in json.loads(resp.read())
+        conn.close()
+        assert call(f"{r.url}/health")[0] == 200  # TCP still serves
+    finally:
+        r.stop.set()
+        r.thread.join(30)
+    assert r.exit_code == 0
+    assert not sock_path.exists()
+
+
+def test_unix_socket_path_taken_by_a_file_is_one_line(tmp_path: Path) -> None:
+    sock_path = tmp_path / "api.sock"
+    sock_path.write_text("not a socket")
+    store = LocalStore(tmp_path / "store")
+    config = make_config(make_workspace(tmp_path), socket_path=sock_path)
+    with pytest.raises(
+        A2rlError, match=r"cannot listen on the Unix socket .*api\.sock: exists and is not a socket"
+    ):
+        serve(config, store=store, dispatcher=StoreBackedDispatcher(store), stop=threading.Event())
+    assert sock_path.read_text() == "not a socket"
