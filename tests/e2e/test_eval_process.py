@@ -133,11 +133,12 @@ def test_baseline_is_cached_across_runs(
     for key in ("score", "n", "correct", "metrics", "started_at", "duration_s"):
         assert second[key] == first[key]  # reused, not re-evaluated
 
-    for run in (run_a, run_b):
+    # The evaluated run has its per-item details; the cached one none (the cache keeps no gold answers).
+    for run, details in ((run_a, LIMIT), (run_b, 0)):
         manifest = store.get_json(run.submission_manifest(0))
         assert manifest["index"] == 0 and manifest["identical_to_base"] is True
         assert manifest["model_path"] == "models/tiny" and manifest["code_revision"] is None
         assert manifest["model_digest"] == manifest["base_model_digest"] == digest
         result = store.get_json(run.submission_result(0))
         assert set(result) >= RESULT_KEYS and result["score"] == first["score"]
-        assert len(store.get_bytes(run.submission_details(0)).decode().splitlines()) == LIMIT
+        assert len(store.get_bytes(run.submission_details(0)).decode().splitlines()) == details
