@@ -387,3 +387,18 @@ def test_unix_socket_path_taken_by_a_file_is_one_line(tmp_path: Path) -> None:
     ):
         serve(config, store=store, dispatcher=StoreBackedDispatcher(store), stop=threading.Event())
     assert sock_path.read_text() == "not a socket"
+
+
+def test_socket_path_comes_from_the_environment(tmp_path: Path) -> None:
+    from a2rl_recorder.config import RecorderConfig
+
+    env = {
+        "A2RL_RUN_PREFIX": PREFIX,
+        "WORKSPACE": str(tmp_path),
+        "TASK": "arith",
+        "A2RL_RUN_TIMEOUT": "60",
+        "A2RL_HELDOUT_PATH": str(tmp_path),
+    }
+    assert RecorderConfig.from_env(env).socket_path is None
+    config = RecorderConfig.from_env({**env, "A2RL_RECORDER_SOCKET": str(tmp_path / "api.sock")})
+    assert config.socket_path == tmp_path / "api.sock"
