@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 #: How the runner (supervisor or sandbox relay) and bubblewrap report an agent they could not start.
 _START_FAILURES = ("a2rl: cannot start agent command", "bwrap: ")
-_START_FAILURE_LINES = 20
+_MAX_LINE = 4096  # the log is the agent's output: never read more of it than one line's worth
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -88,11 +88,10 @@ def _start_failure(file: Path, outcome: RunOutcome) -> str | None:
     log = paths.home() / "logs" / f"{outcome.name}-{outcome.uid}" / "agent.log"
     try:
         with log.open(encoding="utf-8", errors="replace") as f:
-            head = [f.readline().rstrip("\n") for _ in range(_START_FAILURE_LINES)]
+            line = f.readline(_MAX_LINE).rstrip("\n")  # the runner's reason is the log's first line
     except OSError:
         return None
-    line = next((x for x in head if x.startswith(_START_FAILURES)), None)
-    if line is None:
+    if not line.startswith(_START_FAILURES):
         return None
     missing_dir = _missing_working_dir(file, outcome.workspace)
     if missing_dir is not None:
