@@ -2,7 +2,7 @@
 
     <namespace>/<run>-<uid>/run.json                     BenchRun spec + metadata at start
     <namespace>/<run>-<uid>/benchrun.json                cluster: the BenchRun's final record on deletion
-    <namespace>/<run>-<uid>/clock.json                   cluster: when the agent's clock started (the recorder)
+    <namespace>/<run>-<uid>/clock.json                   cluster: when the agent's clock started (recorder)
     <namespace>/<run>-<uid>/blobs/<sha256>               content-addressed file contents (code and models)
     <namespace>/<run>-<uid>/revisions/<n>.json           code revision n: a TreeManifest + time + reason
     <namespace>/<run>-<uid>/submissions/<n>/manifest.json   submission n: model + code snapshot digests

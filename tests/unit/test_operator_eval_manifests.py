@@ -204,7 +204,10 @@ def test_run_with_its_own_store_secret_passes_it_to_eval_and_report() -> None:
     run = benchrun(store={"uri": "s3://mine/x", "secretRef": "my-keys"})
     for c in [*containers(build(run)).values(), report_job(run, parse_spec(run), "s3://mine/x", GRADING)
               ["spec"]["template"]["spec"]["containers"][0]]:  # fmt: skip
-        assert c["envFrom"] == [{"secretRef": {"name": "demo-grading-store"}}, {"secretRef": {"name": "my-keys"}}]
+        assert c["envFrom"] == [
+            {"secretRef": {"name": "demo-grading-store"}},
+            {"secretRef": {"name": "my-keys"}},
+        ]
 
 
 def a2rl(*args: str) -> subprocess.CompletedProcess[str]:
