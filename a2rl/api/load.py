@@ -17,7 +17,7 @@ import errno
 import json
 import os
 import stat
-from collections.abc import Collection
+from collections.abc import Collection, Hashable
 from datetime import date, datetime
 from functools import cache
 from pathlib import Path
@@ -64,6 +64,17 @@ class _StrictLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # Scalars PyYAML parses itself (ints past 4300 digits, impossible timestamps) raise plain
+        # ValueErrors: make them YAML errors with a position like every other.
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError, OverflowError) as exc:
+            what = str(exc).split(";")[0]
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read this value ({what})", node.start_mark
+            ) from None
 
     def compose_document(self) -> yaml.Node | None:
         node = super().compose_document()
@@ -113,6 +124,10 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, Hashable):
+            raise yaml.constructor.ConstructorError(
+                None, None, "a mapping key must be a scalar, not a list or mapping", key_node.start_mark
+            )
         if key in seen:
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)

@@ -191,3 +191,22 @@ def test_an_agent_that_cannot_start_is_one_line(tmp_path: Path, monkeypatch: pyt
     )
     log.write_text("Traceback (most recent call last):\nValueError: the agent's own failure\n")
     assert _start_failure(file, outcome) is None  # it started, then failed: its own output says why
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "spec: {budget: {wallTimeSeconds: " + "9" * 5000 + "}}\n",
+            "cannot read this value (Exceeds the limit",
+        ),
+        ("metadata: {name: !!timestamp 2001-99-99}\n", "cannot read this value (month must be in 1..12)"),
+        ("? [a, b]\n: c\n", "a mapping key must be a scalar, not a list or mapping"),
+    ],
+    ids=["int-5000-digits", "impossible-timestamp", "list-as-key"],
+)
+def test_values_pyyaml_cannot_build_are_one_line(tmp_path: Path, text: str, expected: str) -> None:
+    """Scalars whose construction raises a plain ValueError/TypeError inside PyYAML (a traceback
+    before) are YAML errors with a position."""
+    line = _run_refuses(tmp_path, _write(tmp_path, text))
+    assert ": invalid YAML at line " in line and expected in line
