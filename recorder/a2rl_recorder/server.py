@@ -102,6 +102,12 @@ def _remove_stale_socket(path: Path) -> None:
     path.unlink()
 
 
+def _shown(text: str, limit: int) -> str:
+    """`text` as it may be echoed or logged: control characters escaped, at most `limit` long."""
+    shown = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text[:limit])
+    return shown if len(text) <= limit else shown + "…"
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: RecorderHTTPServer | RecorderUnixServer
     protocol_version = "HTTP/1.1"
@@ -114,15 +120,15 @@ class _Handler(BaseHTTPRequestHandler):
         return str(addr[0]) if isinstance(addr, tuple) and addr else "unix"
 
     def log_message(self, format: str, *args: Any) -> None:
-        log.info("%s %s", self.address_string(), format % args)
+        # The request line is the client's: no terminal escapes into the log, no 64 KiB lines.
+        text = _shown(format % args, 1000)
+        log.info("%s %s", self.address_string(), text)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """Errors of the HTTP layer itself (bad request line or header, unknown method, a line
         over 64 KiB, …): JSON like every other answer, then the connection is closed."""
         short = self.responses.get(code, ("error", ""))[0]
-        text = message or short
-        if len(text) > _MAX_ECHO:
-            text = text[:_MAX_ECHO] + "…"
+        text = _shown(message or short, _MAX_ECHO)
         self.log_error("code %d, message %s", code, text)
         if not self.request_version:  # the 414 path leaves it empty: answer in HTTP/1.0 then
             self.request_version = "HTTP/1.0"
@@ -162,7 +168,8 @@ class _Handler(BaseHTTPRequestHandler):
             method = "GET"  # GET without the body (`_send` leaves it out)
         if methods is None:
             self._discard_body()
-            self._send(404, {"error": f"unknown endpoint {path}; try {', '.join(sorted(ROUTES))}"})
+            shown = _shown(path, _MAX_ECHO)
+            self._send(404, {"error": f"unknown endpoint {shown}; try {', '.join(sorted(ROUTES))}"})
             return
         if method not in methods:
             self._discard_body()

@@ -402,3 +402,13 @@ def test_socket_path_comes_from_the_environment(tmp_path: Path) -> None:
     assert RecorderConfig.from_env(env).socket_path is None
     config = RecorderConfig.from_env({**env, "A2RL_RECORDER_SOCKET": str(tmp_path / "api.sock")})
     assert config.socket_path == tmp_path / "api.sock"
+
+
+def test_what_is_echoed_is_short_and_printable(running: Running) -> None:
+    """A 60 KB path with terminal escapes: the 404 quotes 200 characters of it, escaped."""
+    path = "/\x1b[31mred" + "x" * 60_000
+    status, _, body = raw_exchange(
+        running.port, f"GET {path} HTTP/1.1\r\nConnection: close\r\n\r\n".encode("latin-1")
+    )
+    error = json.loads(body)["error"]
+    assert status == 404 and "\x1b" not in error and "\\x1b[31mred" in error and len(error) < 400
