@@ -75,6 +75,10 @@ def test_rewrites_by_an_unsandboxed_agent_change_no_score(
     assert report["best_score"] is None and report["submissions"][0]["error"] == TAMPERED_ERROR
     baseline = report["baseline_score"]
     assert baseline is not None and baseline != 42.0
+    # It ran unsandboxed, and the output and the report say so.
+    assert "--no-sandbox: the agent runs as you" in out
+    assert report["run"]["sandbox"] == "none"
+    assert "without the local sandbox" in (store / outcome.prefix / "report" / "report.md").read_text()
 
     # The next run: the poisoned cache entry is not used; the run says why.
     quiet = tmp_path / "quiet.py"
