@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from a2rl.errors import A2rlError
+
+
+class Reader(Protocol):
+    """A readable, seekable binary file (an open file, or `a2rl.store.safe_tree.FdReader`)."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+    def seek(self, pos: int, whence: int = 0, /) -> int: ...
+
+    def tell(self) -> int: ...
+
+
+class Writer(Protocol):
+    def write(self, data: bytes, /) -> int: ...
+
+
+class ContentChangedError(A2rlError):
+    """A file's content no longer matches the digest it was uploaded under (it changed meanwhile)."""
 
 
 class ObjectStore(ABC):
@@ -43,6 +64,23 @@ class ObjectStore(ABC):
     def delete(self, key: str) -> None:
         """Remove `key`; no error when absent."""
 
+    def put_fileobj_verified(
+        self, key: str, f: Reader, sha256: str | None, *, size: int, name: str = ""
+    ) -> None:
+        """Store the first `size` bytes of the open file `f` (read from its current position) at `key`.
+
+        With `sha256`, refuse with `ContentChangedError` (nothing stored) when those bytes do not
+        hash to it, or when `f` ends before `size` bytes; `name` is the path shown in that error.
+        This is how snapshots upload from a descriptor opened without following links (never
+        by reopening a path). This default copies through a local temporary file; `LocalStore`,
+        `S3Store` and `SpoolingStore` stream instead.
+        """
+        with tempfile.TemporaryDirectory(prefix="a2rl-put-") as tmp:
+            path = Path(tmp) / "object"
+            with path.open("wb") as out:
+                copy_verified(f, out, sha256, size=size, name=name)
+            self.put_file(key, path)
+
     def copy(self, src: str, dst: str) -> None:
         """Copy the object at `src` to `dst` atomically; `NotFoundError` when `src` is absent.
 
@@ -64,3 +102,25 @@ class ObjectStore(ABC):
 
     def get_json(self, key: str) -> Any:
         return json.loads(self.get_bytes(key))
+
+
+COPY_CHUNK = 1 << 20
+
+
+def copy_verified(src: Reader, out: Writer, sha256: str | None, *, size: int, name: str) -> str:
+    """Copy exactly `size` bytes of `src` to `out`; their sha256 must be `sha256` (when given).
+
+    Raises `ContentChangedError` when `src` ends early or the digest differs. Returns the digest.
+    """
+    digest = hashlib.sha256()
+    left = size
+    while left > 0:
+        chunk = src.read(min(COPY_CHUNK, left))
+        if not chunk:
+            raise ContentChangedError(f"{name} became shorter while it was being stored")
+        digest.update(chunk)
+        out.write(chunk)
+        left -= len(chunk)
+    if sha256 is not None and digest.hexdigest() != sha256:
+        raise ContentChangedError(f"{name} changed while it was being stored")
+    return digest.hexdigest()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,8 +20,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from a2rl.errors import A2rlError
-from a2rl.store.base import ObjectStore
-from a2rl.store.local import ContentChangedError, check_key
+from a2rl.store.base import ContentChangedError, ObjectStore
+from a2rl.store.local import check_key
+from a2rl.store.safe_tree import CHANGED, FdReader, OpenTree, Refusal, TreeFile, TreeRefusedError, read_chunks
 
 
 class BlobLayout(Protocol):
@@ -77,43 +77,63 @@ class SnapshotStats:
     bytes_copied: int = 0
     seconds: float = 0.0
     skipped: list[str] = field(default_factory=list)
+    #: Links, special files, hard links, swapped entries left out (`a2rl.store.safe_tree`).
+    refused: list[Refusal] = field(default_factory=list)
+    #: Files and directories the caller's policy left out (caches, over-size files), with why.
+    excluded: list[Refusal] = field(default_factory=list)
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+    """sha256 of a trusted file (follows links; for agent-written trees use `hash_tree`)."""
+    return hash_file(path)[0]
 
 
 def iter_files(root: Path, include: Callable[[str], bool] | None = None) -> list[tuple[str, Path]]:
     """Regular files under `root` as sorted (relative posix path, path) pairs.
 
-    Symlinks are never followed (a link out of the workspace must not leak into a snapshot);
-    they are skipped, like sockets and other special files.
+    Walked with `a2rl.store.safe_tree` (no link is ever followed, the root included): symlinks,
+    sockets and other special files are left out. The paths are for display and trusted
+    readers; agent-written trees are read through `snapshot_tree`/`hash_tree`, never by path.
     """
-    found: list[tuple[str, Path]] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames.sort()
-        for fname in filenames:
-            path = Path(dirpath) / fname
-            rel = path.relative_to(root).as_posix()
-            if include is not None and not include(rel):
+    with OpenTree.open(Path(root)) as tree:
+        tree.scan(include=include)
+        return [(f.rel, Path(root) / f.rel) for f in tree.files]
+
+
+def hash_tree(root: Path | OpenTree, include: Callable[[str], bool] | None = None) -> TreeManifest:
+    """The manifest of `root`'s regular files, read through no-follow descriptors (nothing stored)."""
+    tree, owned = _opened(root, include)
+    try:
+        entries = []
+        for f in tree.files:
+            try:
+                fd = tree.open_file(f)
+            except (FileNotFoundError, TreeRefusedError):
+                if tree.strict:
+                    raise
                 continue
-            st = path.lstat()
-            if stat.S_ISREG(st.st_mode):
-                found.append((rel, path))
-    found.sort()
-    return found
+            try:
+                digest, size = _hash_fd(fd, None, None)
+            finally:
+                os.close(fd)
+            entries.append(TreeEntry(f.rel, digest, size, f.mode))
+        return TreeManifest(tuple(entries))
+    finally:
+        if owned:
+            tree.close()
 
 
-def hash_tree(root: Path, include: Callable[[str], bool] | None = None) -> TreeManifest:
-    entries = []
-    for rel, path in iter_files(root, include):
-        st = path.lstat()
-        entries.append(TreeEntry(rel, sha256_file(path), st.st_size, stat.S_IMODE(st.st_mode)))
-    return TreeManifest(tuple(entries))
+def _opened(root: Path | OpenTree, include: Callable[[str], bool] | None) -> tuple[OpenTree, bool]:
+    """`root` itself when already opened and scanned; else opened (no-follow) and scanned leniently."""
+    if isinstance(root, OpenTree):
+        return root, False
+    tree = OpenTree.open(Path(root), label="")
+    try:
+        tree.scan(include=include)
+    except BaseException:
+        tree.close()
+        raise
+    return tree, True
 
 
 # --- snapshots: hash a tree, upload the blobs the store lacks; restore a tree from blobs -------
@@ -134,7 +154,7 @@ def forget_known_blobs() -> None:
 
 
 def hash_file(path: Path) -> tuple[str, int]:
-    """(sha256 hex, bytes read), streaming in 1 MiB chunks."""
+    """(sha256 hex, bytes read) of a trusted file, streaming in 1 MiB chunks."""
     h = hashlib.sha256()
     size = 0
     with path.open("rb") as f:
@@ -142,6 +162,62 @@ def hash_file(path: Path) -> tuple[str, int]:
             h.update(chunk)
             size += len(chunk)
     return h.hexdigest(), size
+
+
+class _TooLongError(Exception):
+    """A file read past the limit it was allowed (it grew after the scan)."""
+
+
+def _hash_fd(fd: int, limit: int | None, check: Callable[[], None] | None) -> tuple[str, int]:
+    """(sha256, bytes) of descriptor `fd` from offset 0; `_TooLongError` past `limit` bytes."""
+    h = hashlib.sha256()
+    size = 0
+    for chunk in read_chunks(fd, limit=limit, check=check, chunk=CHUNK):
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise _TooLongError
+        h.update(chunk)
+    if check is not None:
+        check()
+    return h.hexdigest(), size
+
+
+class SnapshotDeadlineError(A2rlError):
+    """A file could not be read completely before the snapshot's read deadline."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"{path} could not be read completely before the deadline")
+
+
+class StoreBudgetError(A2rlError):
+    """Storing a blob would take the run past its cap on bytes stored (`UploadBudget`)."""
+
+
+class UploadBudget:
+    """A cap on the bytes one run uploads as new blobs (deduplicated and in-store copies are free).
+
+    Shared by concurrent snapshots: `reserve` before an upload (raises `StoreBudgetError` past the
+    cap), `release` when the upload did not happen.
+    """
+
+    def __init__(self, limit: int | None, used: int = 0) -> None:
+        self.limit = limit
+        self.used = used
+        self._lock = threading.Lock()
+
+    def reserve(self, n: int, name: str) -> None:
+        with self._lock:
+            if self.limit is not None and self.used + n > self.limit:
+                raise StoreBudgetError(
+                    f"storing {name} ({n} bytes) would take this run past its limit of {self.limit} bytes "
+                    f"stored ({self.used} used); submit fewer or smaller distinct files"
+                )
+            self.used += n
+
+    def release(self, n: int) -> None:
+        with self._lock:
+            self.used = max(0, self.used - n)
 
 
 # A file's digest is cached only when its last change is at least this much older than the read:
@@ -165,12 +241,12 @@ class DigestCache:
     def _stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
-    def get(self, path: Path, st: os.stat_result) -> str | None:
+    def get(self, path: Path | str, st: os.stat_result) -> str | None:
         with self._lock:
             found = self._entries.get(str(path))
         return found[1] if found is not None and found[0] == self._stamp(st) else None
 
-    def put(self, path: Path, st: os.stat_result, digest: str, read_started_ns: int) -> None:
+    def put(self, path: Path | str, st: os.stat_result, digest: str, read_started_ns: int) -> None:
         if max(st.st_ctime_ns, st.st_mtime_ns) > read_started_ns - STABLE_AFTER_NS:
             return
         with self._lock:
@@ -179,18 +255,6 @@ class DigestCache:
     def __len__(self) -> int:
         with self._lock:
             return len(self._entries)
-
-
-def _put_verified(store: ObjectStore, key: str, path: Path, sha256: str) -> None:
-    put = getattr(store, "put_file_verified", None)
-    if put is not None:
-        put(key, path, sha256)
-    else:  # an ObjectStore without verification: upload, then check nothing changed meanwhile
-        store.put_file(key, path)
-        if hash_file(path)[0] != sha256:
-            store.delete(key)
-
-            raise ContentChangedError(f"{path} changed while it was being stored")
 
 
 class _BlobUploader:
@@ -202,12 +266,15 @@ class _BlobUploader:
         layout: BlobLayout,
         known: set[str] | None,
         copy_from: Sequence[BlobLayout] = (),
+        budget: UploadBudget | None = None,
     ) -> None:
         self.store = store
         self.layout = layout
         self.known = known
         self.copy_from = tuple(copy_from)
+        self.budget = budget
         self.lock = threading.Lock()
+        self._digest_locks: dict[str, threading.Lock] = {}
         self.files_uploaded = 0
         self.bytes_uploaded = 0
         self.files_copied = 0
@@ -245,45 +312,73 @@ class _BlobUploader:
         with _KNOWN_LOCK:
             _KNOWN_BLOBS.add(self._cache_key(digest))
 
-    def ensure(self, path: Path, digest: str, size: int) -> tuple[str, int]:
-        """Make sure the blob for `path` is stored; returns the (digest, size) actually stored.
+    def _lock_for(self, digest: str) -> threading.Lock:
+        with self.lock:
+            return self._digest_locks.setdefault(digest, threading.Lock())
 
-        When the file changes between hashing and uploading, it is re-hashed and stored under its
-        new digest (the snapshot then records the newer content).
+    def ensure(
+        self, fd: int, name: str, digest: str, size: int, rehash: Callable[[], tuple[str, int]]
+    ) -> tuple[str, int]:
+        """Make sure the blob of descriptor `fd` is stored; returns the (digest, size) stored.
+
+        The upload reads `fd` (never a path) and is verified against `digest`. When the file
+        changed since it was hashed, `rehash()` decides: it hashes again (the snapshot records
+        the newer content) or raises (past a read deadline: `SnapshotDeadlineError`).
         """
-
         for _ in range(CHANGE_RETRIES):
             if self.is_known(digest):
                 return digest, size
-            key = self.layout.blob(digest)
-            if self.store.exists(key) or self._copy_in_store(digest, key, size):
+            with self._lock_for(digest):  # identical files: one upload
+                if self.is_known(digest):
+                    return digest, size
+                key = self.layout.blob(digest)
+                if self.store.exists(key) or self._copy_in_store(digest, key, size):
+                    self.remember(digest)
+                    return digest, size
+                if self.budget is not None:
+                    self.budget.reserve(size, name)
+                try:
+                    self.store.put_fileobj_verified(key, FdReader(fd, size), digest, size=size, name=name)
+                except ContentChangedError:
+                    if self.budget is not None:
+                        self.budget.release(size)
+                    digest, size = rehash()
+                    continue
+                except BaseException:
+                    if self.budget is not None:
+                        self.budget.release(size)
+                    raise
                 self.remember(digest)
+                with self.lock:
+                    self.files_uploaded += 1
+                    self.bytes_uploaded += size
                 return digest, size
-            try:
-                _put_verified(self.store, key, path, digest)
-            except ContentChangedError:
-                digest, size = hash_file(path)
-                continue
-            self.remember(digest)
-            with self.lock:
-                self.files_uploaded += 1
-                self.bytes_uploaded += size
-            return digest, size
-        raise A2rlError(f"{path} kept changing while it was being snapshotted; try again")
+        why = "kept changing while it was being snapshotted; try again once it is written"
+        raise TreeRefusedError(Refusal(name, why, CHANGED))
 
 
 def snapshot_tree(
     store: ObjectStore,
     layout: BlobLayout,
-    root: Path,
+    root: Path | OpenTree,
     *,
     include: Callable[[str], bool] | None = None,
     known: set[str] | None = None,
     workers: int = SNAPSHOT_WORKERS,
     digests: DigestCache | None = None,
     copy_from: Sequence[BlobLayout] = (),
+    max_file_bytes: int | None = None,
+    read_deadline: float | None = None,
+    clock: Callable[[], float] = time.time,
+    budget: UploadBudget | None = None,
 ) -> tuple[TreeManifest, SnapshotStats]:
     """Hash every regular file under `root` and upload the blobs the store does not have yet.
+
+    `root` is a path (opened without following links and scanned leniently: links and special
+    files are left out and listed in `stats.refused`) or an `OpenTree` the caller opened and
+    scanned with its own policy (`strict`: any refused entry raises `TreeRefusedError`). Every
+    file is opened relative to its parent directory's descriptor, checked to be the inode the
+    scan saw, and hashed and uploaded from that one descriptor (`a2rl.store.safe_tree`).
 
     Idempotent and safe to retry: blobs are content-addressed and written atomically, and a blob
     key never holds anything but the content of its digest. `known` (optional) is a caller-held
@@ -291,65 +386,109 @@ def snapshot_tree(
     (optional) skips re-hashing files unchanged since an earlier snapshot. A blob that one of the
     `copy_from` layouts already holds (e.g. the model library) is copied inside the store instead
     of uploaded. Files that vanish while the snapshot runs are left out and listed in
-    `stats.skipped`.
+    `stats.skipped`; files that grow past `max_file_bytes` while being read are left out and
+    listed in `stats.excluded`. In a strict tree a file whose size differs from the scan's
+    raises `TreeRefusedError` (kind `changed`).
+
+    `read_deadline` (epoch seconds on `clock`): every read of the tree must finish before it,
+    else `SnapshotDeadlineError`; an upload whose bytes no longer match the hash is then never
+    re-hashed after the deadline (the bytes recorded are the bytes read before it). `budget`
+    caps the bytes uploaded (`StoreBudgetError`).
     """
     t0 = time.monotonic()
     stats = SnapshotStats()
-    files = iter_files(root, include)
-    uploader = _BlobUploader(store, layout, known, copy_from)
+    tree, owned = _opened(root, include)
+    uploader = _BlobUploader(store, layout, known, copy_from, budget)
+    lock = threading.Lock()
+    skipped: list[str] = []
+    refused: list[Refusal] = []
+    excluded: list[Refusal] = []
 
-    def hash_one(item: tuple[str, Path]) -> TreeEntry | None:
-        rel, path = item
-        try:
-            st = path.lstat()
-            mode = stat.S_IMODE(st.st_mode)
-            cached = digests.get(path, st) if digests is not None else None
-            if cached is not None:
-                return TreeEntry(rel, cached, st.st_size, mode)
-            started = time.time_ns()
-            digest, size = hash_file(path)
-        except FileNotFoundError:
-            return None
-        if digests is not None and size == st.st_size:
-            digests.put(path, st, digest, started)
-        return TreeEntry(rel, digest, size, mode)
+    def one(f: TreeFile) -> TreeEntry | None:
+        name = tree.shown(f.rel)
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        hashed = list(pool.map(hash_one, files))
-        entries: dict[str, TreeEntry] = {}
-        for (rel, _path), entry in zip(files, hashed, strict=True):
-            if entry is None:
-                stats.skipped.append(rel)
-            else:
-                entries[rel] = entry
-        # One upload per distinct digest: identical files share a blob.
-        first_path: dict[str, str] = {}
-        for rel, entry in entries.items():
-            first_path.setdefault(entry.sha256, rel)
-        paths = dict(files)
+        def check() -> None:
+            if read_deadline is not None and clock() >= read_deadline:
+                raise SnapshotDeadlineError(name)
 
-        def store_one(rel: str) -> tuple[str, TreeEntry | None]:
-            entry = entries[rel]
+        def changed() -> TreeRefusedError:
+            why = "changed while it was being read; submit again once it is completely written"
+            return TreeRefusedError(Refusal(name, why, CHANGED))
+
+        limit = f.size if tree.strict else max_file_bytes
+
+        def rehash() -> tuple[str, int]:
             try:
-                digest, size = uploader.ensure(paths[rel], entry.sha256, entry.size)
-            except FileNotFoundError:
-                return rel, None
-            return rel, TreeEntry(rel, digest, size, entry.mode)
+                digest, size = _hash_fd(fd, limit, check)
+            except _TooLongError:
+                raise changed() from None
+            if tree.strict and size != f.size:
+                raise changed()
+            return digest, size
 
-        for rel, stored in pool.map(store_one, sorted(first_path.values())):
-            if stored is None:
-                stats.skipped.append(rel)
-                del entries[rel]
+        try:
+            fd = tree.open_file(f)
+        except FileNotFoundError:
+            with lock:
+                skipped.append(f.rel)
+            return None
+        except TreeRefusedError as exc:
+            if tree.strict:
+                raise
+            with lock:
+                refused.append(exc.refusal)
+            return None
+        try:
+            st = os.fstat(fd)
+            cache_key = str(tree.path / f.rel)
+            cached = digests.get(cache_key, st) if digests is not None else None
+            if cached is not None:
+                check()
+                digest, size = cached, st.st_size
+                if tree.strict and size != f.size:
+                    raise changed()
             else:
-                entries[rel] = stored
+                started = time.time_ns()
+                try:
+                    digest, size = _hash_fd(fd, limit, check)
+                except _TooLongError:
+                    if tree.strict:
+                        raise changed() from None
+                    why = f"grew past the limit of {limit} bytes while it was read"
+                    with lock:
+                        excluded.append(Refusal(name, why, "excluded"))
+                    return None
+                if tree.strict and size != f.size:
+                    raise changed()
+                if digests is not None and size == st.st_size:
+                    digests.put(cache_key, st, digest, started)
+            digest, size = uploader.ensure(fd, name, digest, size, rehash)
+            return TreeEntry(f.rel, digest, size, f.mode)
+        finally:
+            os.close(fd)
 
-    manifest = TreeManifest(tuple(entries[rel] for rel in sorted(entries)))
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            futures = [pool.submit(one, f) for f in tree.files]
+            try:
+                done = [future.result() for future in futures]
+            except BaseException:
+                pool.shutdown(cancel_futures=True)
+                raise
+    finally:
+        if owned:
+            tree.close()
+    entries = [e for e in done if e is not None]
+    manifest = TreeManifest(tuple(sorted(entries, key=lambda e: e.path)))
     stats.files = len(manifest.entries)
     stats.bytes_total = manifest.total_bytes
     stats.files_uploaded = uploader.files_uploaded
     stats.bytes_uploaded = uploader.bytes_uploaded
     stats.files_copied = uploader.files_copied
     stats.bytes_copied = uploader.bytes_copied
+    stats.skipped = sorted(skipped)
+    stats.refused = [*tree.refused, *sorted(refused, key=lambda r: r.path)]
+    stats.excluded = [*tree.excluded, *sorted(excluded, key=lambda r: r.path)]
     stats.seconds = round(time.monotonic() - t0, 3)
     return manifest, stats
 

@@ -16,14 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from a2rl.errors import A2rlError, NotFoundError
-from a2rl.store.base import ObjectStore
+from a2rl.store.base import ContentChangedError, ObjectStore, Reader, copy_verified
+
+__all__ = ["ContentChangedError", "LocalStore", "check_key", "check_prefix"]
 
 TMP_SUFFIX = ".a2rl-tmp"
 COPY_CHUNK = 1 << 20
-
-
-class ContentChangedError(A2rlError):
-    """A file's content no longer matches the digest it was uploaded under (it changed meanwhile)."""
 
 
 def check_key(key: str) -> str:
@@ -104,6 +102,19 @@ class LocalStore(ObjectStore):
                     out.write(chunk)
             if sha256 is not None and digest.hexdigest() != sha256:
                 raise ContentChangedError(f"{path} changed while it was being stored")
+            os.replace(tmp, dest)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+
+    def put_fileobj_verified(
+        self, key: str, f: Reader, sha256: str | None, *, size: int, name: str = ""
+    ) -> None:
+        dest = self._path(key)
+        fd, tmp = self._tmp_for(dest)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                copy_verified(f, out, sha256, size=size, name=name or key)
             os.replace(tmp, dest)
         except BaseException:
             _unlink_quietly(tmp)

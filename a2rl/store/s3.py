@@ -11,14 +11,13 @@ import hashlib
 import io
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import urllib3
 from minio import Minio
 from minio.error import S3Error
 
 from a2rl.errors import A2rlError, NotFoundError
-from a2rl.store.base import ObjectStore
+from a2rl.store.base import ObjectStore, Reader
 from a2rl.store.local import ContentChangedError, check_key, check_prefix
 
 #: S3's limit for one CopyObject request.
@@ -88,6 +87,13 @@ class S3Store(ObjectStore):
         with Path(path).open("rb") as f:
             reader = _HashingReader(f, size, sha256, path)
             self.client.put_object(self.bucket, name, reader, size)  # type: ignore[arg-type]
+
+    def put_fileobj_verified(
+        self, key: str, f: Reader, sha256: str | None, *, size: int, name: str = ""
+    ) -> None:
+        """Stream `size` bytes of `f` to `key`; abort (nothing written) when they differ from `sha256`."""
+        reader = _HashingReader(f, size, sha256, name or key)
+        self.client.put_object(self.bucket, self._name(key), reader, size)  # type: ignore[arg-type]
 
     def get_bytes(self, key: str) -> bytes:
         name = self._name(key)
@@ -167,7 +173,7 @@ class _HashingReader:
     so no object with mismatching content is ever committed.
     """
 
-    def __init__(self, f: BinaryIO, size: int, sha256: str | None, path: Path) -> None:
+    def __init__(self, f: Reader, size: int, sha256: str | None, path: Path | str) -> None:
         self._f = f
         self._left = size
         self._sha256 = sha256
@@ -179,6 +185,8 @@ class _HashingReader:
             return b""
         want = self._left if n is None or n < 0 else min(n, self._left)
         data = self._f.read(want)
+        if not data:  # the file ended early: it was truncated meanwhile
+            raise ContentChangedError(f"{self._path} became shorter while it was being stored")
         self._digest.update(data)
         self._left -= len(data)
         if self._left == 0 and self._sha256 is not None and self._digest.hexdigest() != self._sha256:

@@ -30,7 +30,7 @@ from a2rl.records.times import iso_utc
 from a2rl.records.tree import TreeRecord
 from a2rl.scores import improvement
 from a2rl.store.base import ObjectStore
-from a2rl.store.cas import DigestCache, snapshot_tree
+from a2rl.store.cas import DigestCache
 from a2rl.store.layout import RunLayout
 from a2rl.tracing import ATTR_SUBMISSION_INDEX, annotate, span
 from a2rl.workspace import update_run_meta
@@ -39,7 +39,7 @@ from a2rl_recorder.dispatch import EvaluationDispatcher
 from a2rl_recorder.snapshots import CodeSnapshotter
 from a2rl_recorder.spool import SpoolingStore
 from a2rl_recorder.state import RunState
-from a2rl_recorder.submit import SubmitRejectedError, validate_model_path
+from a2rl_recorder.submit import SubmitRejectedError, run_upload_budget, snapshot_model, validate_model_path
 
 log = logging.getLogger(__name__)
 
@@ -185,12 +185,18 @@ class Recorder:
         candidate = validate_model_path(
             self.config.workspace, body.get("model_path"), max_bytes=self.config.max_model_bytes
         )
-        with span("snapshot_model"):
-            model, stats = snapshot_tree(
-                self.store, self.layout, candidate.path, known=self.known, digests=self.digests
+        # The files checked, read through no-follow descriptors, and only before the deadline.
+        with candidate.tree, span("snapshot_model"):
+            model, stats = snapshot_model(
+                self.store,
+                self.layout,
+                candidate,
+                known=self.known,
+                digests=self.digests,
+                read_deadline=self.config.deadline,
+                clock=self.clock,
+                budget=run_upload_budget(self),
             )
-        if candidate.path.resolve() != candidate.path:
-            raise SubmitRejectedError(409, f"{candidate.rel_path} was replaced while it was being recorded")
         with span("snapshot_code"):
             revision = self.code.snapshot("submit")
         base_digest = self.config.base_model_digest

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from a2rl.errors import A2rlError, NotFoundError
-from a2rl.store.base import ObjectStore
+from a2rl.store.base import ObjectStore, Reader, copy_verified
 from a2rl.store.local import ContentChangedError, check_key, check_prefix
 
 log = logging.getLogger(__name__)
@@ -173,8 +173,22 @@ class SpoolingStore(ObjectStore):
             raise
         return digest.hexdigest()
 
+    def _copy_fileobj_verified(self, f: Reader, dest: Path, sha256: str | None, size: int, name: str) -> str:
+        tmp = dest.with_name(dest.name + ".tmp")
+        try:
+            with tmp.open("wb") as fout:
+                digest = copy_verified(f, fout, sha256, size=size, name=name)
+                fout.flush()
+                os.fsync(fout.fileno())
+            os.replace(tmp, dest)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return digest
+
     def _enqueue(self, key: str, kind: str, *, data: bytes | None = None, src: Path | None = None,
-                 sha256: str | None = None) -> None:  # fmt: skip
+                 sha256: str | None = None,
+                 fileobj: tuple[Reader, int, str] | None = None) -> None:  # fmt: skip
         """Persist one operation in the spool and queue it (data first, then the entry)."""
         check_key(key)
         try:
@@ -187,7 +201,10 @@ class SpoolingStore(ObjectStore):
             self._next_seq += 1
         try:
             if kind == "put":
-                if src is not None:
+                if fileobj is not None:
+                    f, size, name = fileobj
+                    sha256 = self._copy_fileobj_verified(f, self._data(seq), sha256, size, name)
+                elif src is not None:
                     sha256 = self._copy_verified(src, self._data(seq), sha256)
                 else:
                     assert data is not None
@@ -342,6 +359,23 @@ class SpoolingStore(ObjectStore):
                     raise
                 self._note_down(exc)
         self._enqueue(key, "put", src=Path(path), sha256=sha256)
+
+    def put_fileobj_verified(
+        self, key: str, f: Reader, sha256: str | None, *, size: int, name: str = ""
+    ) -> None:
+        """Like `put_file_verified`, from an open file (a snapshot's no-follow descriptor); when the
+        store is down the bytes are copied (verified) from `f` into the spool."""
+        start = f.tell()
+        if not self._queued():
+            try:
+                self.inner.put_fileobj_verified(key, f, sha256, size=size, name=name)
+                return
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self._note_down(exc)
+            f.seek(start)
+        self._enqueue(key, "put", sha256=sha256, fileobj=(f, size, name or key))
 
     def delete(self, key: str) -> None:
         if not self._queued():

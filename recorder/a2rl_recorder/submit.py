@@ -1,21 +1,43 @@
-"""Validation of a submit request's `model_path`, before anything is recorded or evaluated.
+"""Validation of a submit request's `model_path`, and the snapshot of the model it names.
 
 Rules (docs/recorder.md): the path must lie under the workspace's `output/`, no `..`, no symlink on
-the way or inside the model directory (snapshots store regular files only, and a link out of
-the workspace would leak files), a non-empty Hugging Face model directory (`config.json`), not
-a LoRA adapter, and within the size limit. Each violation is a `SubmitRejectedError` carrying
-the HTTP status and one clear line for the agent.
+the way or inside the model directory, nothing but regular files and directories, no file with a
+second hard link (it may be a held-out file linked in), a non-empty Hugging Face model directory
+(`config.json`), not a LoRA adapter, and within the size limit (apparent sizes: a sparse file
+counts at its full length). The directory is opened and walked without following anything
+(`a2rl.store.safe_tree`) and the snapshot reads exactly the files that were checked, each
+through the descriptor it was checked on, and only before the run's deadline. Each violation is a
+`SubmitRejectedError` carrying the HTTP status and one clear line for the agent.
 """
 
 from __future__ import annotations
 
 import os
-import stat
+import threading
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from a2rl.constants import WS_OUTPUT
+from a2rl.constants import ENV_MAX_RUN_STORED_BYTES, WS_OUTPUT
 from a2rl.errors import A2rlError
+from a2rl.store.base import ObjectStore
+from a2rl.store.cas import (
+    BlobLayout,
+    DigestCache,
+    SnapshotDeadlineError,
+    SnapshotStats,
+    StoreBudgetError,
+    TreeManifest,
+    UploadBudget,
+    snapshot_tree,
+)
+from a2rl.store.safe_tree import CHANGED, LINK, MISSING, NOT_DIR, OpenTree, Refusal, TreeRefusedError
+
+#: Default of `A2RL_MAX_RUN_STORED_BYTES`: new blob bytes all of a run's submissions may store.
+DEFAULT_MAX_RUN_STORED_BYTES = 200 * (1 << 30)
+#: Paths in error messages are cut to this many characters.
+SHOWN_MAX = 200
 
 
 class SubmitRejectedError(A2rlError):
@@ -27,19 +49,21 @@ class SubmitRejectedError(A2rlError):
 @dataclass(frozen=True)
 class ModelCandidate:
     rel_path: str  # relative to the workspace, e.g. "output/v1"
-    path: Path  # the resolved directory
+    path: Path  # the directory as the recorder sees it (never reopened by path)
     files: int
-    total_bytes: int
+    total_bytes: int  # apparent sizes
+    #: The model directory, opened without following links and scanned; close it when done.
+    tree: OpenTree
 
 
-def _is_under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+def _short(text: str) -> str:
+    return text if len(text) <= SHOWN_MAX else text[: SHOWN_MAX - 1] + "…"
 
 
 def _relative_to_workspace(workspace: Path, raw: str) -> PurePosixPath:
     p = Path(raw)
     if ".." in p.parts:
-        raise SubmitRejectedError(400, f"model_path must not contain '..': {raw}")
+        raise SubmitRejectedError(400, f"model_path must not contain '..': {_short(raw)}")
     if not p.is_absolute():
         return PurePosixPath(*p.parts) if p.parts else PurePosixPath(".")
     for root in (workspace, workspace.resolve()):
@@ -47,83 +71,166 @@ def _relative_to_workspace(workspace: Path, raw: str) -> PurePosixPath:
             return PurePosixPath(p.relative_to(root).as_posix())
         except ValueError:
             continue
-    raise SubmitRejectedError(400, f"model_path must be inside the workspace's {WS_OUTPUT}/ directory: {raw}")
+    raise SubmitRejectedError(
+        400, f"model_path must be inside the workspace's {WS_OUTPUT}/ directory: {_short(raw)}"
+    )
 
 
-def _link_message(workspace_real: Path, link: Path, shown: str) -> str:
-    target = link.resolve()
-    if not _is_under(target, workspace_real):
-        return f"{shown} is a symlink pointing outside the workspace; submit a real directory"
-    return f"{shown} is a symlink; snapshots store regular files only, so copy the real files there"
+def _link_message(workspace: Path, shown: str) -> str:
+    """For a symlink at `shown` (relative to the workspace): where it points, for the agent.
+
+    Only the message follows the link (a `realpath`); nothing is read through it.
+    """
+    try:
+        target = os.path.realpath(workspace / shown)
+        inside = Path(target).is_relative_to(os.path.realpath(workspace))
+    except (OSError, RuntimeError, ValueError):
+        inside = False
+    if not inside:
+        return f"{_short(shown)} is a symlink pointing outside the workspace; submit a real directory"
+    return f"{_short(shown)} is a symlink; snapshots store regular files only, so copy the real files there"
+
+
+def _rejection(workspace: Path, refusal: Refusal) -> SubmitRejectedError:
+    if refusal.kind == LINK:
+        return SubmitRejectedError(400, _link_message(workspace, refusal.path))
+    if refusal.kind == MISSING:
+        return SubmitRejectedError(404, f"model directory not found: {_short(refusal.path)}")
+    if refusal.kind == NOT_DIR:
+        return SubmitRejectedError(400, f"model_path is not a directory: {_short(refusal.path)}")
+    if refusal.kind == CHANGED:
+        return SubmitRejectedError(409, f"{_short(refusal.path)} {refusal.reason}")
+    return SubmitRejectedError(400, f"{_short(refusal.path)} {refusal.reason}")
 
 
 def validate_model_path(workspace: Path, raw: object, *, max_bytes: int) -> ModelCandidate:
-    """Check a submitted `model_path` (relative to the workspace, or absolute inside it)."""
-    if not isinstance(raw, str) or not raw.strip():
+    """Check a submitted `model_path` (relative to the workspace, or absolute inside it).
+
+    Returns the candidate with its directory open (`candidate.tree`, scanned strictly); the
+    caller closes it (`with candidate.tree:`).
+    """
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
         raise SubmitRejectedError(400, 'Missing model_path (a directory under output/, e.g. "output/v1")')
+    if not isinstance(raw, str):
+        raise SubmitRejectedError(
+            400,
+            f"model_path must be a string (a directory under output/, "
+            f'e.g. "output/v1"), not {type(raw).__name__}',
+        )
     if "\x00" in raw:
         raise SubmitRejectedError(400, "model_path contains a NUL byte")
     workspace = workspace.absolute()
-    workspace_real = workspace.resolve()
-    output_real = (workspace / WS_OUTPUT).resolve()
     rel = _relative_to_workspace(workspace, raw.strip())
     if not rel.parts or rel.parts[0] != WS_OUTPUT:
         raise SubmitRejectedError(
-            400, f"model_path must be inside the workspace's {WS_OUTPUT}/ directory: {raw}"
+            400, f"model_path must be inside the workspace's {WS_OUTPUT}/ directory: {_short(raw)}"
         )
-
-    # Every component from the workspace down must be a real directory, not a link.
-    current = workspace
-    for i, part in enumerate(rel.parts):
-        current = current / part
-        if current.is_symlink():
-            shown = PurePosixPath(*rel.parts[: i + 1]).as_posix()
-            raise SubmitRejectedError(400, _link_message(workspace_real, current, shown))
     shown = rel.as_posix()
-    if not current.exists():
-        raise SubmitRejectedError(404, f"model directory not found: {shown}")
-    if not current.is_dir():
-        raise SubmitRejectedError(400, f"model_path is not a directory: {shown}")
-    resolved = current.resolve()
-    if not _is_under(resolved, output_real):
-        raise SubmitRejectedError(400, f"model_path must resolve inside {WS_OUTPUT}/: {shown}")
-
-    files, total = _scan(resolved, workspace_real, shown, max_bytes)
-    if files == 0:
-        raise SubmitRejectedError(400, f"model directory is empty (no regular files): {shown}")
-    if (resolved / "adapter_config.json").exists():
-        raise SubmitRejectedError(
-            400,
-            f"{shown} is a LoRA adapter (adapter_config.json): merge it into the base model "
-            "(model = peft_model.merge_and_unload(); model.save_pretrained(dir)) and submit the merged model",
+    try:
+        tree = OpenTree.open_under(workspace, shown)
+    except TreeRefusedError as exc:
+        raise _rejection(workspace, exc.refusal) from None
+    except OSError as exc:  # the workspace itself (never the agent's doing)
+        raise SubmitRejectedError(400, f"{_short(shown)} cannot be read ({exc.strerror or exc})") from None
+    try:
+        too_large = SubmitRejectedError(
+            413, f"model directory {_short(shown)} is larger than the limit of {_gib(max_bytes)}"
         )
-    if not (resolved / "config.json").is_file():
+        try:
+            tree.scan(
+                strict=True,
+                allow_hard_links=False,
+                max_total_bytes=max_bytes,
+                on_too_large=lambda _n: too_large,
+            )
+        except TreeRefusedError as exc:
+            raise _rejection(workspace, exc.refusal) from None
+        except OSError as exc:
+            raise SubmitRejectedError(
+                400, f"{_short(shown)} cannot be read ({exc.strerror or exc})"
+            ) from None
+        top = {f.rel for f in tree.files}
+        if not tree.files:
+            raise SubmitRejectedError(400, f"model directory is empty (no regular files): {_short(shown)}")
+        if "adapter_config.json" in top:
+            raise SubmitRejectedError(
+                400,
+                f"{_short(shown)} is a LoRA adapter (adapter_config.json): merge it into the base "
+                "model (model = peft_model.merge_and_unload(); model.save_pretrained(dir)) and submit "
+                "the merged model",
+            )
+        if "config.json" not in top:
+            raise SubmitRejectedError(
+                400,
+                f"{_short(shown)} is not a model directory (no config.json): save the model and "
+                "tokenizer there with save_pretrained(dir)",
+            )
+    except BaseException:
+        tree.close()
+        raise
+    total = sum(f.size for f in tree.files)
+    return ModelCandidate(
+        rel_path=shown, path=workspace / shown, files=len(tree.files), total_bytes=total, tree=tree
+    )
+
+
+def snapshot_model(
+    store: ObjectStore,
+    layout: BlobLayout,
+    candidate: ModelCandidate,
+    *,
+    known: set[str] | None,
+    digests: DigestCache | None,
+    read_deadline: float | None,
+    clock: Callable[[], float],
+    budget: UploadBudget | None,
+) -> tuple[TreeManifest, SnapshotStats]:
+    """Snapshot the validated model: the files checked, read through their own descriptors.
+
+    Every read must finish before `read_deadline` (the run's deadline), and a file that changed
+    after it was hashed is not re-read after it: 409, nothing recorded. Refused or swapped entries
+    and unreadable files are 4xx naming the path; storing past the run's byte cap is a 413.
+    """
+    workspace = candidate.path.parents[len(PurePosixPath(candidate.rel_path).parts) - 1]
+    try:
+        return snapshot_tree(
+            store, layout, candidate.tree, known=known, digests=digests,
+            read_deadline=read_deadline, clock=clock, budget=budget,
+        )  # fmt: skip
+    except TreeRefusedError as exc:
+        raise _rejection(workspace, exc.refusal) from None
+    except SnapshotDeadlineError as exc:
         raise SubmitRejectedError(
-            400,
-            f"{shown} is not a model directory (no config.json): save the model and tokenizer there "
-            "with save_pretrained(dir)",
-        )
-    return ModelCandidate(rel_path=shown, path=resolved, files=files, total_bytes=total)
+            409,
+            f"{_short(exc.path)} could not be read completely before the deadline; submit earlier "
+            "(nothing was recorded for this request)",
+        ) from None
+    except StoreBudgetError as exc:
+        raise SubmitRejectedError(413, str(exc)) from None
+    except OSError as exc:
+        where = exc.filename if isinstance(exc.filename, str) else candidate.rel_path
+        raise SubmitRejectedError(400, f"{_short(where)} cannot be read ({exc.strerror or exc})") from None
 
 
-def _scan(root: Path, workspace_real: Path, shown: str, max_bytes: int) -> tuple[int, int]:
-    """(regular files, bytes) under `root`; rejects symlinks and directories over `max_bytes`."""
-    files = total = 0
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in (*dirnames, *filenames):
-            path = Path(dirpath) / name
-            st = path.lstat()
-            inner = f"{shown}/{path.relative_to(root).as_posix()}"
-            if stat.S_ISLNK(st.st_mode):
-                raise SubmitRejectedError(400, _link_message(workspace_real, path, inner))
-            if stat.S_ISREG(st.st_mode):
-                files += 1
-                total += st.st_size
-                if total > max_bytes:
-                    raise SubmitRejectedError(
-                        413, f"model directory {shown} is larger than the limit of {_gib(max_bytes)}"
-                    )
-    return files, total
+_BUDGETS: weakref.WeakKeyDictionary[object, UploadBudget] = weakref.WeakKeyDictionary()
+_BUDGETS_LOCK = threading.Lock()
+
+
+def run_upload_budget(owner: object) -> UploadBudget | None:
+    """The cap on new blob bytes `owner`'s (a `Recorder`'s) submissions may store, shared by its
+    concurrent submits: `A2RL_MAX_RUN_STORED_BYTES` (default 200 GiB; 0 = no cap). It counts from
+    the recorder's start (deduplicated blobs and code revisions are free)."""
+    with _BUDGETS_LOCK:
+        budget = _BUDGETS.get(owner)
+        if budget is None:
+            raw = os.environ.get(ENV_MAX_RUN_STORED_BYTES, "").strip()
+            try:
+                limit = int(raw) if raw else DEFAULT_MAX_RUN_STORED_BYTES
+            except ValueError:
+                limit = DEFAULT_MAX_RUN_STORED_BYTES
+            budget = UploadBudget(limit if limit > 0 else None)
+            _BUDGETS[owner] = budget
+        return budget
 
 
 def _gib(n: int) -> str:
