@@ -57,8 +57,9 @@ def read_only_prefixes(spec: BenchRunSpec) -> tuple[str, ...]:
     """What the set-up reads outside the run: the model library and the run's train split."""
     from a2rl_tasks import get_task
     from a2rl_tasks.artifacts import store_prefix
+    from a2rl_tasks.staging import TRAIN
 
-    return ("models", f"{store_prefix(get_task(spec.task), spec.seed)}/train")
+    return ("models", f"{store_prefix(get_task(spec.task), spec.seed)}/{TRAIN}")
 
 
 def run_credentials(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Access:
