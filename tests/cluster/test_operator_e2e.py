@@ -230,6 +230,13 @@ def test_benchrun_creates_owned_sandboxed_children_and_succeeds(
     assert setup.name == "setup" and setup.restart_policy is None  # runs to completion first
     assert any(m.name == "runner-token" for m in recorder.volume_mounts)
     assert recorder.restart_policy == "Always"
+    # The pod's time and storage bounds as the API server stored (and PodSecurity admitted) them.
+    probe = agent.liveness_probe
+    assert (probe.initial_delay_seconds, probe.termination_grace_period_seconds) == (3600, 5)
+    assert pod.spec.termination_grace_period_seconds == 5 + 2 * RECORDER_DRAIN_TIMEOUT_S + 90
+    for c in [*pod.spec.init_containers, *pod.spec.containers]:
+        assert c.resources.requests["ephemeral-storage"] == c.resources.limits["ephemeral-storage"]
+    assert all(v.empty_dir.size_limit for v in pod.spec.volumes if v.empty_dir is not None)
     assert pod.metadata.annotations["karpenter.sh/do-not-disrupt"] == "true"
     # One trace per run: the operator annotated the run before building its pod, and the recorder
     # (only) carries that trace context.
@@ -324,6 +331,8 @@ def test_agent_failure_and_deadline(
         ({"budget": {"wallTimeSeconds": 0}}, "spec.budget.wallTimeSeconds"),
         ({"agent": {"command": ["a"], "env": [{"name": "TASK", "value": "x"}]}}, "spec.agent.env"),
         ({"resources": {"gpus": -1}}, "spec.resources.gpus"),
+        ({"agent": {"command": ["a"], "workingDir": "../../../etc/x"}}, "spec.agent.workingDir"),
+        ({"agent": {"command": ["a"], "workingDir": "/etc"}}, "spec.agent.workingDir"),
     ],
 )
 def test_invalid_benchrun_is_rejected_by_the_api_server(
