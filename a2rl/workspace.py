@@ -104,7 +104,8 @@ def _seconds(t: float | None) -> int | None:
 
 def write_run_meta(workspace: Path, meta: dict[str, Any]) -> None:
     """Replace `<workspace>/run_meta.json` atomically (a temporary file in the same directory, then
-    `os.replace`): a reader, the agent included, sees the old file or the new one, never a part."""
+    `os.replace`): a reader, the agent included, sees the old file or the new one, never a part.
+    A symlink at that name is replaced itself; its target is never written."""
     path = workspace / WS_RUN_META
     fd, tmp = tempfile.mkstemp(prefix=f".{WS_RUN_META}.", dir=workspace)
     try:
@@ -119,13 +120,38 @@ def write_run_meta(workspace: Path, meta: dict[str, Any]) -> None:
         raise
 
 
+#: `run_meta.json` is read only up to this size (the agent can write it).
+RUN_META_MAX_BYTES = 1 << 20
+
+
+def read_run_meta_bytes(workspace: Path) -> bytes:
+    """The bytes of `<workspace>/run_meta.json`, never through a link: opened with `O_NOFOLLOW |
+    O_NONBLOCK`, it must be a regular file of at most `RUN_META_MAX_BYTES` (else `OSError` or
+    `ValueError`). A symlink the agent put there (say, to a baseline-cache entry) is not read."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    fd = os.open(workspace / WS_RUN_META, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{WS_RUN_META} is not a regular file")
+        if st.st_size > RUN_META_MAX_BYTES:
+            raise ValueError(f"{WS_RUN_META} is larger than {RUN_META_MAX_BYTES} bytes")
+        data = os.pread(fd, RUN_META_MAX_BYTES + 1, 0)
+        if len(data) > RUN_META_MAX_BYTES:
+            raise ValueError(f"{WS_RUN_META} is larger than {RUN_META_MAX_BYTES} bytes")
+        return data
+    finally:
+        os.close(fd)
+
+
 def update_run_meta(workspace: Path, **times: float | None) -> None:
     """Merge `times` (as integer seconds) into `<workspace>/run_meta.json`, keeping every other field
     (what another process wrote, e.g. the recorder's `last_submit_time`). A missing or unreadable
-    file (the agent may overwrite it) is started afresh."""
+    file (the agent may overwrite it; a symlink, a FIFO, an oversized or too deeply nested file
+    counts as unreadable: `read_run_meta_bytes`) is started afresh."""
     meta: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):
-        loaded = json.loads((workspace / WS_RUN_META).read_text())
+    with contextlib.suppress(OSError, ValueError, RecursionError):
+        loaded = json.loads(read_run_meta_bytes(workspace))
         if isinstance(loaded, dict):
             meta = loaded
     meta.update({k: _seconds(v) for k, v in times.items()})

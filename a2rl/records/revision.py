@@ -7,6 +7,13 @@ from a2rl.records.base import Record
 from a2rl.records.tree import TreeRecord
 
 
+class LeftOut(Record):
+    """An entry of `code/` a revision does not hold, and why."""
+
+    path: str
+    reason: str
+
+
 class CodeRevision(Record):
     """One code revision; every field is optional when reading (the report tolerates partial ones)."""
 
@@ -18,5 +25,10 @@ class CodeRevision(Record):
     digest: str | None = None
     files_uploaded: int | None = None
     bytes_uploaded: int | None = None
-    #: Files left out of the snapshot (over the size limit).
+    #: Files left out of the snapshot (over the size limit, or vanished while it ran).
     skipped: list[str] = []
+    #: Entries refused by the no-follow walk (symlinks, FIFOs, sockets, devices, files with a
+    #: second hard link, entries swapped while being read), with the reason; absent when none.
+    refused: list[LeftOut] = []
+    #: Ignored caches (`__pycache__/`, `.ipynb_checkpoints/`, `*.pyc`); absent when none.
+    ignored: list[LeftOut] = []

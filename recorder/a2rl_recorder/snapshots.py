@@ -4,12 +4,20 @@
 `a2rl.records.revision`) only when the tree digest changed (numbered from 1, continuing after a
 recorder restart). `CodeWatcher` polls `code/` (cheap: file sizes and mtimes), and snapshots once
 the tree has changed and then stayed unchanged for the debounce interval, so a burst of edits
-gives one revision; `stop()` flushes a final one.
+gives one revision — or, while `code/` keeps changing, at least every `max_wait_s`; `stop()`
+flushes a final one.
+
+`code/` is walked and read without following anything (`a2rl.store.safe_tree`): symlinks, FIFOs,
+sockets, devices and files with a second hard link are left out and listed in the revision's
+`refused`; ignored caches (`__pycache__/`, `.ipynb_checkpoints/`, `*.pyc`) are listed in
+`ignored`. A `code/` that is itself a symlink gives no revision (a warning is logged).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -17,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from a2rl.records.base import load_record, write_record
-from a2rl.records.revision import CodeRevision
+from a2rl.records.revision import CodeRevision, LeftOut
 from a2rl.records.times import utc_now
 from a2rl.records.tree import TreeRecord
 from a2rl.store.base import ObjectStore
-from a2rl.store.cas import DigestCache, iter_files, snapshot_tree
+from a2rl.store.cas import DigestCache, snapshot_tree
 from a2rl.store.layout import RunLayout
+from a2rl.store.safe_tree import MISSING, OpenTree, Refusal, TreeRefusedError
 
 #: A cheap fingerprint of a tree: (path, size, mtime in ns) per file.
 Signature = tuple[tuple[str, int, int], ...]
@@ -30,6 +39,11 @@ Signature = tuple[tuple[str, int, int], ...]
 log = logging.getLogger(__name__)
 
 IGNORED_DIRS = frozenset({"__pycache__", ".ipynb_checkpoints"})
+IGNORED = "ignored"  # the start of every reason for an ignored entry
+#: At most this many refused and ignored entries are listed in one revision.
+MAX_LISTED = 1000
+#: While `code/` keeps changing, a revision is still taken at least this often (seconds).
+DEFAULT_MAX_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,7 @@ class CodeSnapshotter:
         self.known = known if known is not None else set()
         self.digests = digests if digests is not None else DigestCache()
         self._lock = threading.Lock()
+        self._warned = False
         self.latest = self._load_latest()
 
     def _load_latest(self) -> Revision | None:
@@ -67,27 +82,45 @@ class CodeSnapshotter:
             raise ValueError(f"{self.store.url_for(keys[-1])} has no index or digest")
         return Revision(data.index, data.digest)
 
-    def include(self, rel: str) -> bool:
-        """Files that belong in a code snapshot: not caches, not oversized (checkpoints, datasets)."""
-        if IGNORED_DIRS.intersection(rel.split("/")[:-1]) or rel.endswith(".pyc"):
-            return False
+    def _exclude(self, rel: str, st: os.stat_result) -> str | None:
+        """Why the walk leaves `rel` out (an ignored cache, a file over the size limit), or None."""
+        if stat.S_ISDIR(st.st_mode):
+            name = rel.rsplit("/", 1)[-1]
+            return f"{IGNORED}: a {name} cache directory" if name in IGNORED_DIRS else None
+        if rel.endswith(".pyc"):
+            return f"{IGNORED}: compiled Python"
+        if st.st_size > self.max_file_bytes:
+            return f"larger than the per-file limit of {self.max_file_bytes} bytes"
+        return None
+
+    def _open(self) -> OpenTree | None:
+        """`code/` opened (no-follow) and scanned; None when it is missing or not a real directory."""
         try:
-            return (self.code_dir / rel).lstat().st_size <= self.max_file_bytes
-        except FileNotFoundError:
-            return False
+            tree = OpenTree.open(self.code_dir, label="")
+        except TreeRefusedError as exc:
+            if exc.refusal.kind != MISSING and not self._warned:
+                log.warning(
+                    "code revisions: %s %s; nothing in it is recorded", self.code_dir, exc.refusal.reason
+                )
+                self._warned = True
+            return None
+        self._warned = False
+        try:
+            tree.scan(exclude=self._exclude)
+        except BaseException:
+            tree.close()
+            raise
+        return tree
 
     def signature(self) -> Signature:
-        """A cheap fingerprint of `code/` (path, size, mtime) to notice changes without hashing."""
-        if not self.code_dir.is_dir():
+        """A cheap fingerprint of `code/` (path, size, mtime; refused entries too), without hashing."""
+        tree = self._open()
+        if tree is None:
             return ()
-        sig = []
-        for rel, path in iter_files(self.code_dir, self.include):
-            try:
-                st = path.lstat()
-            except FileNotFoundError:
-                continue
-            sig.append((rel, st.st_size, st.st_mtime_ns))
-        return tuple(sig)
+        with tree:
+            sig = [(f.rel, f.size, f.mtime_ns) for f in tree.files]
+            sig += [(f"{r.path}\0{r.reason}", -1, -1) for r in tree.refused]
+        return tuple(sorted(sig))
 
     def snapshot(self, reason: str) -> Revision | None:
         """The revision describing `code/` now; a new one is written only if the digest changed.
@@ -95,26 +128,30 @@ class CodeSnapshotter:
         None while no revision exists and `code/` is empty (nothing to record yet).
         """
         with self._lock:
-            if not self.code_dir.is_dir():
+            tree = self._open()
+            if tree is None:
                 return self.latest
-            skipped_large = [
-                rel
-                for rel, path in iter_files(self.code_dir)
-                if not IGNORED_DIRS.intersection(rel.split("/")[:-1]) and _size(path) > self.max_file_bytes
-            ]
-            manifest, stats = snapshot_tree(
-                self.store,
-                self.layout,
-                self.code_dir,
-                include=self.include,
-                known=self.known,
-                digests=self.digests,
-            )
+            with tree:
+                manifest, stats = snapshot_tree(
+                    self.store,
+                    self.layout,
+                    tree,
+                    known=self.known,
+                    digests=self.digests,
+                    max_file_bytes=self.max_file_bytes,
+                )
             if self.latest is not None and manifest.digest == self.latest.digest:
                 return self.latest
             if self.latest is None and not manifest.entries:
                 return None
             index = 1 if self.latest is None else self.latest.index + 1
+            ignored = [r for r in stats.excluded if r.reason.startswith(IGNORED)]
+            oversize = [r.path for r in stats.excluded if not r.reason.startswith(IGNORED)]
+            listed: dict[str, list[LeftOut]] = {}
+            if stats.refused:
+                listed["refused"] = _listed(stats.refused)
+            if ignored:
+                listed["ignored"] = _listed(ignored)
             write_record(
                 self.store,
                 self.layout.revision(index),
@@ -126,43 +163,62 @@ class CodeSnapshotter:
                     digest=manifest.digest,
                     files_uploaded=stats.files_uploaded,
                     bytes_uploaded=stats.bytes_uploaded,
-                    skipped=sorted(stats.skipped + skipped_large),
+                    skipped=sorted(stats.skipped + oversize),
+                    **listed,
                 ),
             )
             self.latest = Revision(index, manifest.digest)
             log.info("code revision %d (%s): %d files, %s", index, reason, stats.files, manifest.digest[:12])
+            if stats.refused:
+                log.warning("code revision %d left out %d refused entries, e.g. %s", index,
+                            len(stats.refused), stats.refused[0].message)  # fmt: skip
             return self.latest
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.lstat().st_size
-    except FileNotFoundError:
-        return 0
+def _listed(entries: list[Refusal]) -> list[LeftOut]:
+    out = [LeftOut(path=r.path, reason=r.reason) for r in entries[:MAX_LISTED]]
+    if len(entries) > MAX_LISTED:
+        out.append(LeftOut(path="…", reason=f"{len(entries) - MAX_LISTED} more not listed"))
+    return out
 
 
 class Debounce:
     """When a watched tree is due for a snapshot: once it has changed and then stayed unchanged for
-    `quiet_s` (pure: the caller passes each observed signature with the time it was observed)."""
+    `quiet_s`, or — while it keeps changing — once `max_wait_s` have passed since the first change
+    not yet recorded (pure: the caller passes each observed signature with the time it was
+    observed)."""
 
-    def __init__(self, quiet_s: float) -> None:
+    def __init__(self, quiet_s: float, max_wait_s: float | None = None) -> None:
         self.quiet_s = quiet_s
+        self.max_wait_s = max_wait_s
         self._seen: Signature | None = None
         self._recorded: Signature | None = None
         self._changed_at = 0.0
+        self._pending_since: float | None = None
 
     def due(self, signature: Signature, now: float) -> bool:
-        if signature != self._seen:
+        changed = signature != self._seen
+        if changed:
             self._seen, self._changed_at = signature, now
+        if signature == self._recorded:
+            self._pending_since = None
             return False
-        return signature != self._recorded and now - self._changed_at >= self.quiet_s
+        if self._pending_since is None:
+            self._pending_since = now
+        overdue = self.max_wait_s is not None and now - self._pending_since >= self.max_wait_s
+        if changed:
+            return overdue
+        return overdue or now - self._changed_at >= self.quiet_s
 
     def recorded(self, signature: Signature) -> None:
         self._recorded = signature
+        self._pending_since = None
 
 
 class CodeWatcher:
-    """Polls `code/` in a daemon thread; snapshots after `debounce_s` of quiet following a change."""
+    """Polls `code/` in a daemon thread; snapshots after `debounce_s` of quiet following a change,
+    and at least every `max_wait_s` (default `max(DEFAULT_MAX_WAIT_S, debounce_s)`) while it keeps
+    changing. A file that lives less than one poll interval may still be missed."""
 
     def __init__(
         self,
@@ -170,11 +226,13 @@ class CodeWatcher:
         *,
         poll_s: float,
         debounce_s: float,
+        max_wait_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.snapshotter = snapshotter
         self.poll_s = poll_s
-        self.debounce = Debounce(debounce_s)
+        wait = max(DEFAULT_MAX_WAIT_S, debounce_s) if max_wait_s is None else max_wait_s
+        self.debounce = Debounce(debounce_s, wait)
         self._clock = clock
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="a2rl-code-watcher", daemon=True)

@@ -105,7 +105,8 @@ def test_bad_model_paths_are_rejected_and_record_nothing(case: str, tmp_path: Pa
 
 @pytest.mark.parametrize(
     ("body", "text"),
-    [({}, "Missing model_path"), ({"model_path": ""}, "Missing model_path"), ({"model_path": 3}, "model_path must be a string"), ({"model_path": None}, "Missing model_path"),
+    [({}, "Missing model_path"), ({"model_path": ""}, "Missing model_path"),
+     ({"model_path": 3}, "model_path must be a string"), ({"model_path": None}, "Missing model_path"),
      ([1, 2], "JSON object"), ("output/v1", "JSON object")],
 )  # fmt: skip
 def test_malformed_requests(body: object, text: str, tmp_path: Path) -> None:

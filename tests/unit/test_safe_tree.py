@@ -1,0 +1,130 @@
+"""`a2rl.store.safe_tree`: the no-follow walk and open, on real files (no filesystem mocks)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from a2rl.store.cas import hash_tree, snapshot_tree
+from a2rl.store.layout import RunLayout
+from a2rl.store.local import LocalStore
+from a2rl.store.safe_tree import CHANGED, HARD_LINK, LINK, SPECIAL, OpenTree, TreeRefusedError
+
+LAYOUT = RunLayout.from_prefix("local/safe-0123456789ab")
+
+
+def _tree(root: Path) -> Path:
+    (root / "sub").mkdir(parents=True)
+    (root / "a.txt").write_text("a")
+    (root / "sub" / "b.txt").write_text("b")
+    return root
+
+
+def test_scan_refuses_links_specials_and_hard_links_naming_path_and_reason(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "m")
+    outside = tmp_path / "secret.txt"
+    outside.write_text("secret")
+    (root / "link.txt").symlink_to(outside)
+    (root / "dirlink").symlink_to(tmp_path)
+    os.mkfifo(root / "sub" / "pipe")
+    os.link(outside, root / "hard.txt")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(root / "sock"))
+    try:
+        with OpenTree.open(root, label="output/m") as tree:
+            tree.scan(allow_hard_links=False)
+            assert [f.rel for f in tree.files] == ["a.txt", "sub/b.txt"]
+            got = {r.path: (r.kind, r.reason) for r in tree.refused}
+    finally:
+        sock.close()
+    assert got["output/m/link.txt"][0] == LINK and "is a symlink" in got["output/m/link.txt"][1]
+    assert got["output/m/dirlink"][0] == LINK
+    assert got["output/m/sub/pipe"] == (
+        SPECIAL,
+        "is a FIFO; only regular files and directories can be recorded",
+    )
+    assert got["output/m/sock"][0] == SPECIAL and "is a socket" in got["output/m/sock"][1]
+    assert got["output/m/hard.txt"][0] == HARD_LINK and "2 hard links" in got["output/m/hard.txt"][1]
+
+
+def test_strict_scan_raises_on_the_first_refusal(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "m")
+    os.mkfifo(root / "sub" / "weights.bin")
+    with OpenTree.open(root, label="output/v1") as tree, pytest.raises(TreeRefusedError) as err:
+        tree.scan(strict=True)
+    assert (
+        str(err.value)
+        == "output/v1/sub/weights.bin is a FIFO; only regular files and directories can be recorded"
+    )
+
+
+def test_a_symlinked_root_is_refused(tmp_path: Path) -> None:
+    real = _tree(tmp_path / "real")
+    (tmp_path / "code").symlink_to(real)
+    with pytest.raises(TreeRefusedError) as err:
+        OpenTree.open(tmp_path / "code", label="code")
+    assert err.value.refusal.kind == LINK and str(err.value).startswith("code is a symlink")
+    with pytest.raises(TreeRefusedError) as err2:
+        OpenTree.open_under(tmp_path, "code/sub")
+    assert err2.value.refusal.kind == LINK and err2.value.refusal.path == "code"
+
+
+def test_open_file_refuses_an_entry_swapped_after_the_scan(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "m")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret")
+    with OpenTree.open(root, label="m") as tree:
+        tree.scan()
+        by_rel = {f.rel: f for f in tree.files}
+        (root / "a.txt").unlink()
+        (root / "a.txt").symlink_to(secret)  # a file swapped for a link
+        os.rename(root / "sub", root / "sub.old")
+        (root / "sub").symlink_to(tmp_path)  # a directory swapped for a link
+        with pytest.raises(TreeRefusedError) as err:
+            tree.open_file(by_rel["a.txt"])
+        assert err.value.refusal.kind == LINK
+        with pytest.raises(TreeRefusedError) as err2:
+            tree.open_file(by_rel["sub/b.txt"])
+        assert err2.value.refusal.kind == CHANGED and err2.value.refusal.path == "m/sub"
+        (root / "sub").unlink()
+        (root / "sub").mkdir()  # a new directory (another inode) under the same name
+        (root / "sub" / "b.txt").write_text("b")
+        with pytest.raises(TreeRefusedError) as err3:
+            tree.open_file(by_rel["sub/b.txt"])
+        assert err3.value.refusal.kind == CHANGED
+
+
+def test_sparse_files_count_at_their_apparent_size(tmp_path: Path) -> None:
+    root = tmp_path / "m"
+    root.mkdir()
+    with (root / "sparse.bin").open("wb") as f:
+        f.truncate(64 << 20)
+    assert os.stat(root / "sparse.bin").st_blocks * 512 < (1 << 20)  # really sparse
+    with OpenTree.open(root) as tree, pytest.raises(ValueError, match="too big"):
+        tree.scan(max_total_bytes=1 << 20, on_too_large=lambda n: ValueError(f"too big: {n}"))
+    with OpenTree.open(root) as tree:
+        assert [f.size for f in tree.scan().files] == [64 << 20]
+
+
+def test_lenient_snapshot_leaves_refused_entries_out_and_lists_them(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "m")
+    (root / "link").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(root / "pipe")
+    store = LocalStore(tmp_path / "store")
+    manifest, stats = snapshot_tree(store, LAYOUT, root)
+    assert [e.path for e in manifest.entries] == ["a.txt", "sub/b.txt"]
+    assert sorted(r.path for r in stats.refused) == ["link", "pipe"]
+    assert hash_tree(root).digest == manifest.digest
+
+
+def test_deeply_nested_directories_are_refused_not_a_recursion_error(tmp_path: Path) -> None:
+    root = tmp_path / "m"
+    deep = root.joinpath(*(["d"] * 140))
+    deep.mkdir(parents=True)
+    (deep / "f").write_text("x")
+    with OpenTree.open(root, label="m") as tree:
+        tree.scan()
+    assert tree.files == [] and tree.refused[0].kind == "too-deep"
