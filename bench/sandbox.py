@@ -8,8 +8,9 @@ starts it) and without (`--no-sandbox`: the same command started directly). It p
 it asserts nothing.
 
 - `start`: from starting the command to its first output line (`python -c print`), median.
-- `API round trip`: sequential `GET /health` on a keep-alive connection from inside, median and
-  p95; with the sandbox they go through the relay and the Unix socket, without it straight to TCP.
+- `API round trip`: sequential `GET /health` on a keep-alive connection to the real grading
+  server classes, median and p95; with the sandbox they go through the relay and the Unix
+  socket, without it straight to TCP.
 - `compute`: float32 matrix products (torch, 1 thread) per second for `--compute-s` seconds.
 """
 
@@ -25,33 +26,21 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from socketserver import ThreadingUnixStreamServer
+from typing import cast
 
+from a2rl_recorder.server import RecorderHTTPServer, RecorderUnixServer
+from a2rl_recorder.service import Recorder
 from a2rl_runner.sandbox.setup import RunSandbox, check_bubblewrap
 from a2rl_runner.services import free_port
 
 
-class _Health(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _HealthOnly:
+    """What the real grading server calls for `GET /health` (the rest of `Recorder` is not needed
+    to time the HTTP path)."""
 
-    def do_GET(self) -> None:
-        body = b'{"status": "ok"}\n'
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        del format, args
-
-    def address_string(self) -> str:
-        return "bench"
-
-
-class _UnixHealth(ThreadingUnixStreamServer):
-    daemon_threads = True
+    def health(self) -> tuple[int, dict[str, str]]:
+        return 200, {"status": "ok"}
 
 
 ROUND_TRIPS = """
@@ -114,9 +103,9 @@ def main() -> None:
             scratch=Path(tmp) / "scratch",
             private=[],
         )
-        unix = _UnixHealth(str(sandbox.api_socket), _Health)
-        tcp = ThreadingHTTPServer(("127.0.0.1", port), _Health)
-        tcp.daemon_threads = True
+        stand_in = cast(Recorder, _HealthOnly())
+        unix = RecorderUnixServer(stand_in, sandbox.api_socket)
+        tcp = RecorderHTTPServer(stand_in, "127.0.0.1", port)
         for server in (unix, tcp):
             threading.Thread(target=server.serve_forever, daemon=True).start()
         base_env = {"PATH": os.environ["PATH"], "PORT": str(port), "PYTHONUNBUFFERED": "1"}
