@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from a2rl.store.base import ObjectStore
 from a2rl.store.cas import (
     TreeManifest,
     _BlobUploader,
+    _hash_fd,
     forget_known_blobs,
     hash_tree,
     restore_tree,
@@ -243,14 +245,14 @@ def test_digest_cache_skips_unchanged_files_and_notices_rewrites(
 ) -> None:
     from a2rl.store import cas
 
-    reads: list[str] = []
-    real_hash = cas.hash_file
+    reads: list[int] = []  # one entry per file hashed (snapshots hash from no-follow descriptors)
+    real_hash = cas._hash_fd
 
-    def counting(path: Path) -> tuple[str, int]:
-        reads.append(path.name)
-        return real_hash(path)
+    def counting(fd: int, limit: int | None, check: Any) -> tuple[str, int]:
+        reads.append(fd)
+        return real_hash(fd, limit, check)
 
-    monkeypatch.setattr(cas, "hash_file", counting)
+    monkeypatch.setattr(cas, "_hash_fd", counting)
     src = _tree(tmp_path / "src")
     digests = cas.DigestCache()
     # Files changed less than STABLE_AFTER_NS before the read are never cached (same-tick writes).
@@ -270,7 +272,7 @@ def test_digest_cache_skips_unchanged_files_and_notices_rewrites(
     target.write_bytes(os.urandom(before.st_size))
     os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
     changed, stats = snapshot_tree(store, LAYOUT, src, digests=digests)
-    assert reads == ["model.bin"]
+    assert len(reads) == 1  # only model.bin
     assert changed.digest != first.digest and stats.files_uploaded == 1
     assert changed.digest == hash_tree(src).digest
 
@@ -291,7 +293,11 @@ def test_file_changed_after_hashing_is_stored_under_its_new_digest(
     path = _write(tmp_path / "f.txt", b"new content")
     stale_digest = "a" * 64  # what hashing saw before the file was rewritten
     uploader = _BlobUploader(store, LAYOUT, set())
-    digest, size = uploader.ensure(path, stale_digest, 3)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        digest, size = uploader.ensure(fd, "f.txt", stale_digest, 3, lambda: _hash_fd(fd, None, None))
+    finally:
+        os.close(fd)
     assert digest == hash_tree(tmp_path, lambda rel: rel == "f.txt").entries[0].sha256
     assert size == len(b"new content")
     assert not store.exists(LAYOUT.blob(stale_digest))
