@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from a2rl.store.base import Reader
 from a2rl.store.cas import hash_tree, snapshot_tree
 from a2rl.store.layout import RunLayout
 from a2rl.store.local import LocalStore
@@ -128,3 +129,28 @@ def test_deeply_nested_directories_are_refused_not_a_recursion_error(tmp_path: P
     with OpenTree.open(root, label="m") as tree:
         tree.scan()
     assert tree.files == [] and tree.refused[0].kind == "too-deep"
+
+
+def test_spooling_store_spools_an_fd_upload_while_the_store_is_down(tmp_path: Path) -> None:
+    from a2rl_recorder.spool import SpoolingStore
+
+    class Down(LocalStore):
+        fail = True
+
+        def put_fileobj_verified(
+            self, key: str, f: Reader, sha256: str | None, *, size: int, name: str = ""
+        ) -> None:
+            if self.fail:
+                f.read(3)  # a partial read before the connection broke: the spool starts over
+                raise ConnectionError("store down")
+            super().put_fileobj_verified(key, f, sha256, size=size, name=name)
+
+    inner = Down(tmp_path / "store")
+    store = SpoolingStore(inner, tmp_path / "spool", min_backoff_s=0.01, max_backoff_s=0.05)
+    root = _tree(tmp_path / "m")
+    manifest, stats = snapshot_tree(store, LAYOUT, root)
+    assert stats.files_uploaded == 2 and store.pending() == 2
+    inner.fail = False
+    assert store.close(5)
+    for entry in manifest.entries:
+        assert inner.get_bytes(LAYOUT.blob(entry.sha256)) == (root / entry.path).read_bytes()
