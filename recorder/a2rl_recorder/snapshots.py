@@ -106,7 +106,7 @@ class CodeSnapshotter:
             return None
         self._warned = False
         try:
-            tree.scan(exclude=self._exclude)
+            tree.scan(exclude=self._exclude, allow_hard_links=False)
         except BaseException:
             tree.close()
             raise

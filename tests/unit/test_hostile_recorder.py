@@ -85,14 +85,13 @@ def test_links_fifos_and_caches_in_code_are_left_out_and_listed(tmp_path: Path) 
     rev = snap.snapshot("change")
     assert rev is not None
     doc = store.get_json(LAYOUT.revision(rev.index))
-    assert [f["path"] for f in doc["tree"]["files"]] == [
-        "copy.jsonl",
-        "train.py",
-    ]  # hard links allowed in code/
+    assert [f["path"] for f in doc["tree"]["files"]] == ["train.py"]
     refused = {r["path"]: r["reason"] for r in doc["refused"]}
-    assert set(refused) == {"data.jsonl", "ref", "pipe"}
-    assert refused["pipe"].startswith("is a FIFO")
+    assert set(refused) == {"copy.jsonl", "data.jsonl", "ref", "pipe"}
+    assert refused["pipe"].startswith("is a FIFO") and refused["data.jsonl"].startswith("is a symlink")
+    assert refused["copy.jsonl"].startswith("has 2 hard links")
     assert [r["path"] for r in doc["ignored"]] == ["pkg/__pycache__/"]
+    _assert_no_secret(store)
 
 
 def test_a_subdirectory_swapped_for_a_symlink_during_snapshots_never_leaks(tmp_path: Path) -> None:
