@@ -276,7 +276,8 @@ class SpoolingStore(ObjectStore):
                 if self._store_down:
                     log.info("spool: store reachable again")
                 self._store_down = False
-                self._queue.pop(0)
+                # Not pop(0): a writer that drew a lower seq may have been sorted in front meanwhile.
+                self._queue.remove(op)
                 if self._latest.get(op.key) == op:
                     del self._latest[op.key]
                 if not self._queue:

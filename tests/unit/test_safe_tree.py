@@ -145,6 +145,11 @@ def test_spooling_store_spools_an_fd_upload_while_the_store_is_down(tmp_path: Pa
                 raise ConnectionError("store down")
             super().put_fileobj_verified(key, f, sha256, size=size, name=name)
 
+        def put_file_verified(self, key: str, path: Path, sha256: str | None) -> None:  # the flusher's
+            if self.fail:
+                raise ConnectionError("store down")
+            super().put_file_verified(key, path, sha256)
+
     inner = Down(tmp_path / "store")
     store = SpoolingStore(inner, tmp_path / "spool", min_backoff_s=0.01, max_backoff_s=0.05)
     root = _tree(tmp_path / "m")
