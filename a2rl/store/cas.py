@@ -4,6 +4,11 @@ A tree is described by a `TreeManifest`: every regular file's relative path, sha
 mode, plus a digest of that list. File contents are stored once as blobs keyed by sha256, so an
 unchanged file is never uploaded twice and two identical trees have the same digest (that is
 how a submission identical to the base model is detected).
+
+Trees are walked and read through `a2rl.store.safe_tree`: nothing is followed (a symlink, the
+root included, is never read through), only regular files and directories are taken, and each
+file is hashed and uploaded from the one descriptor that was checked (`put_fileobj_verified`).
+`restore_tree` and `hash_file` read trusted paths (the store's own downloads).
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ is opened before its `lstat` says "regular file" or "directory", and opens are n
 directory (one component at a time); `scan()` walks it (stat only, no file is opened);
 `open_file(entry)` opens one listed file for reading and `read_chunks` reads it from that
 descriptor. `a2rl.store.cas.snapshot_tree` hashes and uploads from the same descriptor.
+
+Not covered here: the directories above the root are trusted (the workspace's own location), and
+a directory the agent moves into the tree from elsewhere on the same filesystem (`rename`) is
+read like any other — it can only move what it can already write.
 """
 
 from __future__ import annotations
