@@ -85,6 +85,19 @@ def test_the_pods_grace_covers_the_agents_grace_and_the_recorders_drain() -> Non
     assert config.drain_timeout_s == 300 and not config.run_start_given
 
 
+def test_only_the_setup_and_recorder_get_a_token_short_lived_and_bound_to_the_pod() -> None:
+    """They create BenchSubmissions; the agent has none; the pod automounts nothing."""
+    pod = pod_spec(benchrun())
+    assert pod["automountServiceAccountToken"] is False
+    (volume,) = [v for v in pod["volumes"] if "projected" in v]
+    sources = volume["projected"]["sources"]
+    (token,) = [s["serviceAccountToken"] for s in sources if "serviceAccountToken" in s]
+    assert token["expirationSeconds"] == 600  # the shortest Kubernetes allows
+    containers = by_name(pod).items()
+    mounted = {n for n, c in containers if any(m["name"] == volume["name"] for m in c["volumeMounts"])}
+    assert mounted == {"setup", "recorder"}
+
+
 def _ephemeral(container: dict[str, Any]) -> tuple[str | None, str | None]:
     res = container.get("resources") or {}
     return (res.get("requests") or {}).get("ephemeral-storage"), (res.get("limits") or {}).get(
