@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from a2rl_runner import procs
@@ -96,8 +97,8 @@ def _heldout_dirs() -> list[str]:
     return [used, *(o for o in others if o != used)]
 
 
-def _lines(text: str, tag: str) -> dict[str, object]:
-    found: dict[str, object] = {}
+def _lines(text: str, tag: str) -> dict[str, Any]:
+    found: dict[str, Any] = {}
     for line in text.splitlines():
         if f"{tag} " in line and line.split(f"{tag} ", 1)[1].startswith("{"):
             found.update(json.loads(line.split(f"{tag} ", 1)[1]))
@@ -137,12 +138,12 @@ def test_a_hostile_agent_in_the_sandbox_gets_nothing(
     assert seen["sees_heldout"] == [] and seen["sees_store"] is False and seen["sees_cache"] is False
     assert seen["store_keys_in_proc"] is False
 
-    status, body, _ = seen["linked"]  # type: ignore[misc]
+    status, body, _ = seen["linked"]
     assert status == 400 and "output/linked/extra" in body["error"], body
-    status, body, seconds = seen["fifo"]  # type: ignore[misc]
+    status, body, seconds = seen["fifo"]
     assert status == 400 and "output/fifo/weights.bin" in body["error"], body
     assert seconds < 10
-    status, body, _ = seen["honest"]  # type: ignore[misc]
+    status, body, _ = seen["honest"]
     assert status == 200 and body["submission_id"] == 1, body
 
     # Not one held-out line in any object of the store (blobs, revisions, logs, reports).
