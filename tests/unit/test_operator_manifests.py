@@ -136,6 +136,18 @@ def test_agent_gets_the_contract_env_but_no_token_and_no_store_credentials() -> 
     assert renv["A2RL_RUN_TIMEOUT"] == "3600"
 
 
+@pytest.mark.parametrize(
+    ("working_dir", "expected"),
+    [(None, "/workspace"), ("code", "/workspace/code"), ("/workspace/code/x", "/workspace/code/x")],
+)
+def test_the_agents_working_dir_is_absolute_in_the_pod(working_dir: str | None, expected: str) -> None:
+    doc = benchrun()
+    if working_dir is not None:
+        doc["spec"]["agent"]["workingDir"] = working_dir
+    (agent,) = workspace_job(doc, parse_spec(doc), CONFIG)["spec"]["template"]["spec"]["containers"]
+    assert agent["workingDir"] == expected
+
+
 def test_store_secret_carries_uri_and_credentials_unless_the_run_names_its_own() -> None:
     secret = by_kind(children(benchrun(), CONFIG))["Secret"]
     assert secret["stringData"][ENV_STORE_URI] == "s3://runs/a2rl"
@@ -152,7 +164,10 @@ def test_gpu_requests_equal_limits_and_gpu_pods_are_not_disrupted() -> None:
     job = workspace_job(run, parse_spec(run), CONFIG)
     agent = job["spec"]["template"]["spec"]["containers"][0]
     assert agent["resources"]["requests"] == {
-        "cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2", "ephemeral-storage": "20Gi"
+        "cpu": "4",
+        "memory": "16Gi",
+        "nvidia.com/gpu": "2",
+        "ephemeral-storage": "20Gi",
     }
     assert agent["resources"]["limits"] == agent["resources"]["requests"]
     assert job["spec"]["template"]["metadata"]["annotations"] == {ANNOTATION_DO_NOT_DISRUPT: "true"}

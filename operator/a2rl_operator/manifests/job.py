@@ -33,7 +33,7 @@ from a2rl.constants import (
     LABEL_KUEUE_QUEUE,
     WORKSPACE_MOUNT,
 )
-from a2rl.contracts.env import agent_contract_env, recorder_contract_env
+from a2rl.contracts.env import agent_contract_env, agent_cwd, recorder_contract_env
 from a2rl.contracts.setup import SetupParams, setup_argv
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
@@ -177,7 +177,10 @@ def agent_container(body: Body, spec: BenchRunSpec) -> Manifest:
         "image": spec.agent.image,
         "command": list(spec.agent.command),
         "env": agent_env(body, spec),
-        "workingDir": spec.agent.working_dir or WORKSPACE_MOUNT,
+        # Containers need an absolute working directory: a relative workingDir is under the mount.
+        "workingDir": str(
+            agent_cwd(spec, Workspace.for_base_model(Path(WORKSPACE_MOUNT), spec.base_model.name))
+        ),
         "resources": agent_resources(spec),
         "securityContext": restricted_security_context(),
         "livenessProbe": deadline_probe(spec),
