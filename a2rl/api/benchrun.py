@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from a2rl.api.common import (
     X_VALIDATIONS,
@@ -31,6 +31,20 @@ from a2rl.constants import (
     ENV_SEED,
     WORKSPACE_MOUNT,
 )
+from a2rl.stacks import (
+    STACK_NAMES,
+    STACKS,
+    AgentMode,
+    Provider,
+    StackName,
+    default_api_key_env,
+    provider_problem,
+    version_problem,
+)
+
+#: An http(s) URL with a host (the CRD's pattern; the model's validator says it in words).
+HTTP_URL_PATTERN = r"^https?://[^/?#\s@]+([/?#]\S*)?$"
+
 
 # Variables a2rl sets for the agent; `spec.agent.env` may not override them.
 RESERVED_AGENT_ENV: tuple[str, ...] = (*AGENT_CONTRACT_ENV, ENV_SEED)
@@ -100,16 +114,89 @@ def _no_nul(values: list[str]) -> list[str]:
     return values
 
 
-class AgentSpec(ApiModel):
-    """The agent program: what runs in the workspace with the budget."""
+#: The image of a `command` agent when `spec.agent.image` is not set (the scripted baselines).
+DEFAULT_AGENT_IMAGE = "ghcr.io/a2rl/agent-baselines:0.1.0"
+_STACK_LIST = ", ".join(STACK_NAMES)
 
-    image: str = Field(
-        default="ghcr.io/a2rl/agent-baselines:0.1.0",
+
+def _quoted(values: tuple[str, ...] | list[str]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+# The API server's half of `AgentSpec._command_or_stack` and friends (`command` defaults to []).
+_COMMAND_OR_STACK_RULE = (
+    "has(self.stack) ? (!has(self.command) || size(self.command) == 0) "
+    ": (has(self.command) && size(self.command) > 0)"
+)
+_ARGS_RULE = "!has(self.stack) || !has(self.args) || size(self.args) == 0"
+_MODE_RULE = "has(self.stack) || !has(self.mode) || self.mode == 'free'"
+_STACK_VERSION_RULE = (
+    "!has(self.stackVersion) || (has(self.stack) && ("
+    + " || ".join(
+        f"(self.stack == '{s.name}' && self.stackVersion in {_quoted(s.versions)})" for s in STACKS.values()
+    )
+    + "))"
+)
+
+
+class AgentSpec(ApiModel):
+    """The agent: your own program (`command`), or one of the LLM agent stacks a2rl installs and
+    starts with its prompt (`stack`), driven by `spec.driver` through the run's gateway."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            X_VALIDATIONS: [
+                cel(
+                    _COMMAND_OR_STACK_RULE,
+                    f"set exactly one of command (your own program) or stack ({_STACK_LIST})",
+                ),
+                cel(_ARGS_RULE, "args apply to command only; a stack's command line is a2rl's"),
+                cel(_MODE_RULE, "mode applies to a stack only"),
+                cel(
+                    _STACK_VERSION_RULE,
+                    "stackVersion must be a version a2rl tests for the stack: "
+                    + "; ".join(f"{s.name} {', '.join(s.versions)}" for s in STACKS.values()),
+                    ".stackVersion",
+                ),
+            ]
+        }
+    )
+
+    image: str | None = Field(
+        default=None,
         min_length=1,
         max_length=1024,
-        description="Container image of the agent (cluster mode).",
+        description=(
+            f"Container image of the agent (cluster mode). Default: `{DEFAULT_AGENT_IMAGE}` for a "
+            "`command`, the stack's image (`ghcr.io/a2rl/agent-<stack>:<stackVersion>`) for a `stack`."
+        ),
     )
-    command: list[Arg] = Field(min_length=1, max_length=256, description="Command the agent runs (argv).")
+    stack: StackName | None = Field(
+        default=None,
+        description=(
+            "An LLM agent stack a2rl installs (locally on first use) and starts with its prompt "
+            'built from the workspace (docs/agents.md, "Agent stacks"). Needs `spec.driver`; '
+            "excludes `command`. Unset: the agent is `command`."
+        ),
+    )
+    mode: AgentMode = Field(
+        default="free",
+        description=(
+            "Operating mode of a stack (a variant of its prompt): `free` (any post-training route), "
+            "`sft-only` (supervised fine-tuning only), `rl-only` (reinforcement learning only)."
+        ),
+    )
+    stack_version: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="Version of the stack (default: the newest version a2rl tests; only tested versions).",
+    )
+    command: list[Arg] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Command the agent runs (argv). Required unless `stack` is set.",
+    )
     args: list[Arg] = Field(
         default_factory=list, max_length=256, description="Extra arguments appended to `command`."
     )
@@ -167,17 +254,126 @@ class AgentSpec(ApiModel):
             seen.add(var.name)
         return env
 
+    @model_validator(mode="after")
+    def _command_or_stack(self) -> AgentSpec:
+        if self.stack is not None and self.command:
+            raise rule_error(
+                f"set either command (your own program) or stack ({self.stack}), not both", "command"
+            )
+        if self.stack is None and not self.command:
+            raise rule_error(f"set command (the program to run) or stack (one of {_STACK_LIST})", "command")
+        if self.stack is not None and self.args:
+            raise rule_error("args apply to command only; a stack's command line is a2rl's", "args")
+        if self.stack is None and self.mode != "free":
+            raise rule_error(f"mode {self.mode} applies to a stack only (set stack, or drop mode)", "mode")
+        if self.stack_version is not None:
+            if self.stack is None:
+                raise rule_error("stackVersion needs stack", "stackVersion")
+            problem = version_problem(self.stack, self.stack_version)
+            if problem:
+                raise rule_error(problem, "stackVersion")
+        return self
+
+    @property
+    def stack_version_or_default(self) -> str | None:
+        """The stack's version to run (None for a `command` agent)."""
+        if self.stack is None:
+            return None
+        return self.stack_version or STACKS[self.stack].default_version
+
+    @property
+    def image_ref(self) -> str:
+        """The agent container's image: `image`, else the stack's or the baselines' default."""
+        if self.image:
+            return self.image
+        if self.stack is not None:
+            return STACKS[self.stack].image(self.stack_version_or_default)
+        return DEFAULT_AGENT_IMAGE
+
+
+#: An environment variable name (what `spec.driver.apiKeyEnv` may name).
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
 
 class DriverSpec(ApiModel):
-    """The LLM that drives the agent, reached through an OpenAI-compatible gateway."""
+    """The LLM that drives an agent stack. The agent reaches it only through the run's gateway,
+    with a per-run token; the gateway forwards to `baseUrl` with the real key."""
 
-    model: str = Field(min_length=1, max_length=253, description="Driver model name, recorded in the report.")
+    model_config = ConfigDict(
+        json_schema_extra={
+            X_VALIDATIONS: [
+                cel(
+                    "self.provider != 'openai-compatible' || has(self.baseUrl)",
+                    "baseUrl is required for provider openai-compatible (e.g. http://vllm.llm:8000/v1)",
+                    ".baseUrl",
+                )
+            ]
+        }
+    )
+
+    provider: Provider = Field(
+        description=(
+            "The upstream's API: `anthropic` (Messages), `openai` (Responses and Chat Completions), "
+            "`gemini` (generateContent) or `openai-compatible` (a self-hosted server such as vLLM)."
+        )
+    )
+    model: str = Field(
+        min_length=1, max_length=253, description="Driver model name, as the upstream names it."
+    )
     base_url: str | None = Field(
-        default=None, max_length=2048, description="OpenAI-compatible base URL of the gateway."
+        default=None,
+        max_length=2048,
+        description=(
+            "API root of the upstream the gateway forwards to (default: the provider's public API; "
+            "required for `openai-compatible`, e.g. `http://vllm.llm:8000/v1`). Never given to the agent."
+        ),
+        json_schema_extra={"pattern": HTTP_URL_PATTERN},
     )
     secret_ref: SecretKeyRef | None = Field(
-        default=None, description="Secret key holding the gateway API key (exposed as `OPENAI_API_KEY`)."
+        default=None,
+        description=(
+            "Cluster: the Secret key holding the upstream API key, mounted into the gateway only "
+            "(never into the agent)."
+        ),
     )
+    api_key_env: str | None = Field(
+        default=None,
+        max_length=253,
+        description=(
+            "Local mode: the variable of the environment of `a2rl run` holding the upstream API key "
+            "(default: the provider's usual one: `ANTHROPIC_API_KEY`, `OPENAI_API_KEY`, `GEMINI_API_KEY`; "
+            "`OPENAI_API_KEY` for `openai-compatible`). Removed from the agent's environment."
+        ),
+        json_schema_extra={"pattern": ENV_NAME_PATTERN},
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, url: str | None) -> str | None:
+        if url is not None and not re.match(HTTP_URL_PATTERN, url):
+            raise rule_error(f"must be an http(s) URL such as https://api.example.com/v1 (got {url!r})")
+        return url
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, name: str | None) -> str | None:
+        if name is not None and not re.match(ENV_NAME_PATTERN, name):
+            raise rule_error(f"must be an environment variable name such as OPENAI_API_KEY (got {name!r})")
+        return name
+
+    @model_validator(mode="after")
+    def _compatible_needs_url(self) -> DriverSpec:
+        if self.provider == "openai-compatible" and not self.base_url:
+            raise rule_error(
+                "required for provider openai-compatible (the server's API root, e.g. http://vllm.llm:8000/v1)",
+                "baseUrl",
+            )
+        return self
+
+    @property
+    def key_env(self) -> str:
+        """The variable holding the upstream key locally (`apiKeyEnv` or the provider's default)."""
+        return self.api_key_env or default_api_key_env(self.provider)
 
 
 class BudgetSpec(ApiModel):
@@ -196,6 +392,25 @@ class BudgetSpec(ApiModel):
     )
     grace_seconds: int = Field(
         default=30, ge=0, le=3600, description="Time between SIGTERM and SIGKILL when the budget ends."
+    )
+    driver_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=10**12,
+        description=(
+            "Most driver tokens (input + output, cached included) the agent's stack may use; past "
+            "it every driver call fails and the run ends (`DriverBudgetExhausted`). Needs `spec.driver`."
+        ),
+    )
+    driver_cost_usd: float | None = Field(
+        default=None,
+        alias="driverCostUSD",
+        ge=0.01,
+        le=1_000_000,
+        description=(
+            "Most the driver may cost, in US dollars (from the gateway's price table); past it the "
+            "run ends as for `driverTokens`. Needs `spec.driver`."
+        ),
     )
 
 
@@ -222,10 +437,6 @@ class ResourcesSpec(ApiModel):
         max_length=253,
         description="Extended resource name of the GPUs.",
     )
-
-
-#: An http(s) URL with a host (the CRD's pattern; the model's validator says it in words).
-HTTP_URL_PATTERN = r"^https?://[^/?#\s@]+([/?#]\S*)?$"
 
 
 class JudgeSpec(ApiModel):
@@ -319,6 +530,15 @@ _DRIVER_IMMUTABLE = (
 )
 
 
+_PROVIDER_RULE = "!has(self.agent.stack) || !has(self.driver) || " + " || ".join(
+    f"(self.agent.stack == '{s.name}' && self.driver.provider in {_quoted(s.providers)})"
+    for s in STACKS.values()
+)
+_PROVIDER_MESSAGE = "the stack cannot use this driver provider: " + "; ".join(
+    f"{s.name}: {', '.join(s.providers)}" for s in STACKS.values()
+)
+
+
 class BenchRunSpec(ApiModel):
     """The experiment. What defines it (task, model, agent, driver, budget, evaluation, seed) is
     immutable after creation; operational settings (resources, store, queue) may change."""
@@ -326,7 +546,18 @@ class BenchRunSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
             X_VALIDATIONS: [
-                cel(_DRIVER_IMMUTABLE, "driver is immutable; create a new object instead", ".driver")
+                cel(_DRIVER_IMMUTABLE, "driver is immutable; create a new object instead", ".driver"),
+                cel(
+                    "!has(self.agent.stack) || has(self.driver)",
+                    "an agent stack needs spec.driver (the LLM that drives it)",
+                    ".driver",
+                ),
+                cel(_PROVIDER_RULE, _PROVIDER_MESSAGE, ".driver.provider"),
+                cel(
+                    "has(self.driver) || (!has(self.budget.driverTokens) && !has(self.budget.driverCostUSD))",
+                    "budget.driverTokens and budget.driverCostUSD need spec.driver",
+                    ".budget",
+                ),
             ]
         }
     )
@@ -372,6 +603,22 @@ class BenchRunSpec(ApiModel):
         max_length=253,
         description="Host (or CIDR) of the LLM gateway the agent may reach; all other egress is denied.",
     )
+
+    @model_validator(mode="after")
+    def _stack_needs_driver(self) -> BenchRunSpec:
+        stack = self.agent.stack
+        if stack is not None and self.driver is None:
+            raise rule_error(f"required with spec.agent.stack ({stack}): the LLM that drives it", "driver")
+        if stack is not None and self.driver is not None:
+            problem = provider_problem(stack, self.driver.provider)
+            if problem:
+                raise rule_error(problem, "driver.provider")
+        if self.driver is None and (
+            self.budget.driver_tokens is not None or self.budget.driver_cost_usd is not None
+        ):
+            what = "driverTokens" if self.budget.driver_tokens is not None else "driverCostUSD"
+            raise rule_error("needs spec.driver (there is no driver to meter)", f"budget.{what}")
+        return self
 
 
 class ReportRef(ApiModel):
@@ -421,6 +668,12 @@ class BenchRunStatus(ApiModel):
     )
     best_submission: int | None = Field(default=None, ge=0, description="Index of the best submission.")
     improvement: float | None = Field(default=None, description="`bestScore - baselineScore`.")
+    driver_tokens: int | None = Field(
+        default=None, ge=0, description="Driver tokens the agent's stack used so far (input + output)."
+    )
+    driver_cost_usd: float | None = Field(
+        default=None, alias="driverCostUSD", ge=0, description="What the driver cost so far, in US dollars."
+    )
     report: ReportRef | None = Field(default=None, description="The run report, once written.")
 
 

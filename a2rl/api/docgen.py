@@ -32,6 +32,16 @@ Fields that define the experiment cannot change after creation (`task`, `baseMod
 (`resources`, `store`, `queueName`, `runtimeClassName`, `llmGateway`) may change.
 Optional fields are simply left out; `null` counts as absent.
 
+`spec.agent` is either your own program (`command`) or one of the LLM agent stacks a2rl installs
+and starts with its prompt (`stack`: `claude-code`, `codex`, `gemini-cli`, `opencode`,
+`openhands`; docs/agents.md, "Agent stacks"); a stack needs `spec.driver`.
+
+`spec.driver` changed within `v1alpha1`: it was an OpenAI-only block whose `baseUrl` and
+`secretRef` went to the agent (as `OPENAI_BASE_URL`/`OPENAI_API_KEY`). It now names the upstream
+LLM (`provider`, `model`, `baseUrl`, `secretRef` in a cluster, `apiKeyEnv` locally), and its key
+reaches only the run's driver gateway, never the agent. `v1alpha1` has no conversion: a stored
+BenchRun with the old `driver` (no `provider`) no longer validates; recreate it.
+
 ## Example
 
 ```yaml

@@ -24,10 +24,14 @@ class BaseModelRef(Record):
 
 
 class AgentRef(Record):
-    """`agent`: the agent's full command line and image."""
+    """`agent`: the agent's full command line and image; for an LLM agent stack, the stack, its
+    version and mode (`command` is then empty: a2rl builds the stack's command line)."""
 
     command: list[str] = []
     image: str | None = None
+    stack: str | None = None
+    stack_version: str | None = None
+    mode: str | None = None
 
 
 class BudgetRef(Record):
@@ -48,6 +52,9 @@ class RunRecord(Record):
     agent: AgentRef | None = None
     #: The BenchRun's `spec.driver` in wire form (camelCase), None without a driver.
     driver: dict[str, Any] | None = None
+    #: What the driver gateway metered (the BenchRun status' `driverTokens`, `driverCostUSD`).
+    driver_tokens: int | None = None
+    driver_cost_usd: float | None = None
     budget: BudgetRef | None = None
     #: The BenchRun's whole spec in wire form (camelCase), as submitted.
     spec: dict[str, Any] | None = None
@@ -75,9 +82,17 @@ def run_record(
     agent_exit_code: int | None = None,
     mode: str = "local",
     sandbox: str | None = None,
+    driver_tokens: int | None = None,
+    driver_cost_usd: float | None = None,
 ) -> RunRecord:
-    """The run.json document of the shared contract (times are epoch seconds in, ISO 8601 out)."""
+    """The run.json document of the shared contract (times are epoch seconds in, ISO 8601 out).
+    `driver_tokens`/`driver_cost_usd` (what the driver gateway metered) are written when given."""
     spec = run.spec
+    metered: dict[str, Any] = {}
+    if driver_tokens is not None:
+        metered["driver_tokens"] = driver_tokens
+    if driver_cost_usd is not None:
+        metered["driver_cost_usd"] = driver_cost_usd
     return RunRecord(
         name=layout.name,
         namespace=layout.namespace,
@@ -86,7 +101,7 @@ def run_record(
         base_model=BaseModelRef(
             name=spec.base_model.name, source=spec.base_model.source, digest=base_model_digest
         ),
-        agent=AgentRef(command=[*spec.agent.command, *spec.agent.args], image=spec.agent.image),
+        agent=_agent_ref(run),
         driver=spec.driver.to_wire() if spec.driver else None,
         budget=BudgetRef(
             wall_time_seconds=spec.budget.wall_time_seconds, max_submissions=spec.budget.max_submissions
@@ -100,4 +115,17 @@ def run_record(
         evaluator_version=evaluator_version,
         mode=mode,
         sandbox=sandbox,
+        **metered,
+    )
+
+
+def _agent_ref(run: BenchRun) -> AgentRef:
+    agent = run.spec.agent
+    if agent.stack is None:
+        return AgentRef(command=[*agent.command, *agent.args], image=agent.image_ref)
+    return AgentRef(
+        image=agent.image_ref,
+        stack=agent.stack,
+        stack_version=agent.stack_version_or_default,
+        mode=agent.mode,
     )

@@ -176,7 +176,7 @@ def test_cel_rules() -> None:
         in node.get("x-kubernetes-validations", [])
     )
     assert immutable == ["agent", "baseModel", "budget", "evaluation", "seed", "task"]
-    (driver_rule,) = spec["x-kubernetes-validations"]
+    (driver_rule,) = [r for r in spec["x-kubernetes-validations"] if "oldSelf" in r["rule"]]
     assert driver_rule["fieldPath"] == ".driver" and "oldSelf.driver" in driver_rule["rule"]
     env_rule = spec["properties"]["agent"]["properties"]["env"]["x-kubernetes-validations"][0]["rule"]
     assert "'TASK'" in env_rule and "'GRADING_SERVER_URL'" in env_rule

@@ -76,7 +76,10 @@ def test_documented_example_is_valid(tmp_path: Path) -> None:
             edited("spec.agent.command", "python train.py"),
             'spec.agent.command: must be a list (got "python train.py")',
         ),
-        (edited("spec.agent.command", []), "spec.agent.command: must not be empty"),
+        (
+            edited("spec.agent.command", []),
+            "spec.agent.command: set command (the program to run) or stack (one of claude-code, codex, ",
+        ),
         (edited("spec.agent.command", ["python", 3]), "spec.agent.command[1]: must be a string (got 3)"),
         (edited("spec.budget", None), "spec.budget: must be a mapping (got null)"),
         (edited("spec.budget", DELETE), "spec.budget: required field is missing"),
@@ -107,7 +110,9 @@ def test_documented_example_is_valid(tmp_path: Path) -> None:
         ),
         (edited("metadata.name", "My_Run"), "metadata.name: must be a lowercase DNS subdomain"),
         (
-            edited("spec.driver", {"model": "m", "secretRef": {"name": "Key", "key": "k"}}),
+            edited(
+                "spec.driver", {"provider": "openai", "model": "m", "secretRef": {"name": "Key", "key": "k"}}
+            ),
             "spec.driver.secretRef.name: must be a lowercase DNS label",
         ),
         (

@@ -30,12 +30,13 @@ def minimal_run(**spec: Any) -> dict[str, Any]:
 
 
 def test_wire_round_trip_is_camel_case_and_stable() -> None:
-    run = BenchRun.model_validate(minimal_run(queueName="gpu", driver={"model": "m", "baseUrl": "http://gw"}))
+    driver = {"provider": "openai", "model": "m", "baseUrl": "http://gw"}
+    run = BenchRun.model_validate(minimal_run(queueName="gpu", driver=driver))
     wire = run.to_wire()
     assert wire["spec"]["baseModel"] == {"name": "tiny", "source": "builtin:tiny"}
     assert wire["spec"]["budget"] == {"wallTimeSeconds": 600, "graceSeconds": 30}
     assert wire["spec"]["queueName"] == "gpu"
-    assert wire["spec"]["driver"] == {"model": "m", "baseUrl": "http://gw"}
+    assert wire["spec"]["driver"] == driver
     assert "status" not in wire  # None fields are left out, as Kubernetes stores them
     assert BenchRun.model_validate(wire) == run
     assert BenchRun.model_validate(wire).to_wire() == wire
@@ -45,7 +46,7 @@ def test_defaults_fill_every_optional_section() -> None:
     spec = BenchRun.model_validate(minimal_run()).spec
     assert spec.resources.cpu == "2" and spec.resources.memory == "8Gi" and spec.resources.gpus == 0
     assert spec.evaluation.backend == "auto"
-    assert spec.agent.image.startswith("ghcr.io/")
+    assert spec.agent.image is None and spec.agent.image_ref.startswith("ghcr.io/a2rl/agent-baselines:")
     assert spec.seed == 0 and spec.driver is None and spec.store.uri is None
 
 

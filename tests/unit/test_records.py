@@ -82,7 +82,7 @@ def old_run_json(run: BenchRun, layout: RunLayout, *, base_model_digest: str, ev
             "source": spec.base_model.source,
             "digest": base_model_digest,
         },
-        "agent": {"command": [*spec.agent.command, *spec.agent.args], "image": spec.agent.image},
+        "agent": {"command": [*spec.agent.command, *spec.agent.args], "image": spec.agent.image_ref},
         "driver": spec.driver.to_wire() if spec.driver else None,
         "budget": {
             "wall_time_seconds": spec.budget.wall_time_seconds,

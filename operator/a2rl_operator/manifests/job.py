@@ -24,9 +24,6 @@ from a2rl.constants import (
     DEFAULT_RECORDER_PORT,
     DISPATCH_CLUSTER,
     ENV_CACHE_DIR,
-    ENV_DRIVER_MODEL,
-    ENV_OPENAI_API_KEY,
-    ENV_OPENAI_BASE_URL,
     ENV_RECORDER_DISPATCH,
     ENV_RECORDER_DRAIN_TIMEOUT,
     ENV_SPOOL_DIR,
@@ -103,16 +100,9 @@ def pod_workspace(spec: BenchRunSpec) -> Workspace:
 
 
 def agent_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
-    """The agent-facing contract (docs/agents.md), then the driver, then the user's extra variables."""
+    """The agent-facing contract (docs/agents.md), then the user's extra variables. Nothing of
+    `spec.driver`: its key (`secretRef`) is for the run's driver gateway only, never the agent."""
     env = _env(agent_contract_env(spec, pod_workspace(spec), GRADING_URL))
-    if spec.driver is not None:
-        env += _env({ENV_DRIVER_MODEL: spec.driver.model})
-        if spec.driver.base_url:
-            env += _env({ENV_OPENAI_BASE_URL: spec.driver.base_url})
-        if spec.driver.secret_ref is not None:
-            ref = spec.driver.secret_ref
-            key_ref = {"secretKeyRef": {"name": ref.name, "key": ref.key}}
-            env.append({"name": ENV_OPENAI_API_KEY, "valueFrom": key_ref})
     env += [{"name": e.name, "value": e.value} for e in spec.agent.env]
     return env
 
@@ -174,8 +164,7 @@ def deadline_probe(spec: BenchRunSpec) -> Manifest:
 def agent_container(body: Body, spec: BenchRunSpec) -> Manifest:
     container: Manifest = {
         "name": AGENT_CONTAINER,
-        "image": spec.agent.image,
-        "command": list(spec.agent.command),
+        "image": spec.agent.image_ref,
         "env": agent_env(body, spec),
         # Containers need an absolute working directory: a relative workingDir is under the mount.
         "workingDir": str(
@@ -186,6 +175,8 @@ def agent_container(body: Body, spec: BenchRunSpec) -> Manifest:
         "livenessProbe": deadline_probe(spec),
         "volumeMounts": [{"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE_MOUNT}],
     }
+    if spec.agent.command:  # a stack's image starts the stack (its entrypoint)
+        container["command"] = list(spec.agent.command)
     if spec.agent.args:
         container["args"] = list(spec.agent.args)
     return container
