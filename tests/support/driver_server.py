@@ -546,9 +546,13 @@ class DriverServer:
             self._ids += 1
             return self._ids
 
-    def _log(self, record: RequestRecord) -> None:
+    def _add(self, record: RequestRecord) -> None:
+        """In the log from the start (its fields are all set before the answer's first byte)."""
         with self._lock:
             self.records.append(record)
+
+    def _write(self, record: RequestRecord) -> None:
+        with self._lock:
             if self.log_path is not None:
                 with self.log_path.open("a") as f:
                     f.write(json.dumps(record.to_json()) + "\n")
@@ -602,6 +606,8 @@ def _split(text: str, parts: int = 3) -> list[str]:
 
 class _Handler(BaseHTTPRequestHandler):
     driver: DriverServer
+    _record: RequestRecord
+    _written: bool = True
     protocol_version = "HTTP/1.1"
     server_version = "a2rl-driver/1"
 
@@ -630,6 +636,7 @@ class _Handler(BaseHTTPRequestHandler):
         return data
 
     def _send_json(self, status: int, payload: Any) -> None:
+        self._commit()
         raw = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -638,6 +645,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(raw)
 
     def _start_sse(self) -> None:
+        self._commit()
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -701,10 +709,18 @@ class _Handler(BaseHTTPRequestHandler):
             headers={k.lower(): v for k, v in self.headers.items()},
             body=body,
         )
+        self.driver._add(record)
+        self._record, self._written = record, False
         try:
             self._route(method, path, query, body, record)
         finally:
-            self.driver._log(record)
+            self._commit()
+
+    def _commit(self) -> None:
+        """The log file gets the record before the answer does (a test may read it right after)."""
+        if not self._written:
+            self._written = True
+            self.driver._write(self._record)
 
     def _route(
         self, method: str, path: str, query: dict[str, list[str]], body: Any, record: RequestRecord
