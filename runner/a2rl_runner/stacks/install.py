@@ -279,7 +279,7 @@ def _reason(output: str, tool: str) -> str:
         r"E404|404 Not Found|is not in this registry",
         r"No solution found|not found in the package registry",
     ):
-        hit = next((ln for ln in lines if re.search(pattern, ln)), None)
+        hit = next((ln for ln in reversed(lines) if re.search(pattern, ln)), None)
         if hit:
             return f"a package was not found in the registry: {hit[:300]}"
     errors = [ln for ln in lines if re.search(r"\berr(or)?\b", ln, re.IGNORECASE)]
