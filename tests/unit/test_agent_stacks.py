@@ -233,3 +233,132 @@ def test_opencode_config_names_every_provider_sdk() -> None:
     for provider in STACKS["opencode"].providers:
         call = Call("p", "m", provider, GATEWAY, TOKEN, Path("/ws"), "opencode")
         assert opencode_config(call)["model"] == "a2rl/m"
+
+
+# --- validation of stack BenchRuns (the real loader and `a2rl validate`) ----------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _stack_run(agent: dict[str, object], driver: dict[str, object] | None, **budget: object) -> str:
+    doc = {
+        "apiVersion": "a2rl.dev/v1alpha1",
+        "kind": "BenchRun",
+        "metadata": {"name": "s"},
+        "spec": {
+            "task": "arith",
+            "baseModel": {"name": "tiny", "source": "builtin:tiny"},
+            "agent": agent,
+            "budget": {"wallTimeSeconds": 600, **budget},
+            **({"driver": driver} if driver is not None else {}),
+        },
+    }
+    return json.dumps(doc)
+
+
+ANTHROPIC = {"provider": "anthropic", "model": "claude-sonnet-4-5"}
+
+
+@pytest.mark.parametrize(
+    ("agent", "driver", "budget", "problem"),
+    [
+        (
+            {"stack": "claude-code", "command": ["x"]},
+            ANTHROPIC,
+            {},
+            "spec.agent.command: set either command (your own program) or stack (claude-code), not both",
+        ),
+        (
+            {"image": "x"},
+            None,
+            {},
+            "spec.agent.command: set command (the program to run) or stack (one of claude-code, codex, "
+            "gemini-cli, opencode, openhands)",
+        ),
+        (
+            {"stack": "claude-code"},
+            None,
+            {},
+            "spec.driver: required with spec.agent.stack (claude-code): the LLM that drives it",
+        ),
+        (
+            {"stack": "claude-code", "stackVersion": "2.0.0"},
+            ANTHROPIC,
+            {},
+            "spec.agent.stackVersion: claude-code 2.0.0 is not a tested version (tested: 2.1.331)",
+        ),
+        (
+            {"stack": "gemini-cli"},
+            ANTHROPIC,
+            {},
+            "spec.driver.provider: gemini-cli cannot use provider anthropic (it can use: gemini)",
+        ),
+        (
+            {"command": ["x"], "mode": "rl-only"},
+            None,
+            {},
+            "spec.agent.mode: mode rl-only applies to a stack only",
+        ),
+        ({"stack": "codex", "args": ["--x"]}, {"provider": "openai", "model": "m"}, {}, "spec.agent.args: "),
+        (
+            {"stack": "openhands"},
+            {"provider": "openai-compatible", "model": "m"},
+            {},
+            "spec.driver.baseUrl: required for provider openai-compatible",
+        ),
+        ({"command": ["x"]}, None, {"driverTokens": 10}, "spec.budget.driverTokens: needs spec.driver"),
+        (
+            {"stack": "codex"},
+            {"provider": "openai", "model": "m"},
+            {"driverCostUSD": 0},
+            "spec.budget.driverCostUSD: must be ≥ 0.01 (got 0)",
+        ),
+        (
+            {"stack": "codex", "mode": "sft"},
+            {"provider": "openai", "model": "m"},
+            {},
+            "spec.agent.mode: must be one of 'free', 'sft-only' or 'rl-only' (got \"sft\")",
+        ),
+    ],
+)
+def test_stack_problems_are_one_line_from_a2rl_validate(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    agent: dict[str, object],
+    driver: dict[str, object] | None,
+    budget: dict[str, object],
+    problem: str,
+) -> None:
+    from a2rl_cli import main
+
+    path = tmp_path / "run.yaml"
+    path.write_text(_stack_run(agent, driver, **budget))
+    assert main(["validate", str(path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{path}: 1 problem(s):" and out[1].startswith(f"  {problem}"), out
+
+
+def test_a_stack_run_validates_and_resolves_its_image(tmp_path: Path) -> None:
+    from a2rl.api.load import load_benchrun
+
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        _stack_run({"stack": "codex", "mode": "rl-only"}, {"provider": "openai", "model": "gpt-5"})
+    )
+    run = load_benchrun(path)
+    agent = run.spec.agent
+    assert agent.command == [] and agent.stack_version_or_default == STACKS["codex"].default_version
+    assert agent.image_ref == STACKS["codex"].image()
+    assert run.spec.driver is not None and run.spec.driver.key_env == "OPENAI_API_KEY"
+    assert "command" not in run.to_wire(only_set=True)["spec"]["agent"]
+
+
+def test_every_stack_has_an_example_that_validates() -> None:
+    from a2rl.api.load import load_benchrun
+
+    for stack in STACK_NAMES:
+        run = load_benchrun(EXAMPLES / f"{stack}-arith.yaml", {"arith"})
+        assert run.spec.agent.stack == stack and run.spec.driver is not None
+        assert run.spec.driver.provider in STACKS[stack].providers
+    vllm = load_benchrun(EXAMPLES / "openhands-vllm-arith.yaml", {"arith"})
+    assert vllm.spec.driver is not None and vllm.spec.driver.provider == "openai-compatible"
