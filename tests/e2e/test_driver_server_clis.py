@@ -189,6 +189,8 @@ def invocation(stack: str, entry: Path, url: str) -> Invocation:
             "security": {"auth": {"selectedType": "gemini-api-key"}},
             "privacy": {"usageStatisticsEnabled": False},
             "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+            # The shell tool kills a command silent for 300 s by default: training can be.
+            "tools": {"shell": {"inactivityTimeout": 1800}},
         }
         return Invocation(
             argv=[

@@ -88,7 +88,7 @@ GEMINI_RUN_SHELL = {
 OPENCODE_BASH = {
     "type": "object",
     "properties": {
-        "command": {"type": "string"},
+        "command": {"type": "string", "description": "The command to execute"},
         "timeout": {
             "type": "integer",
             "exclusiveMinimum": 0,
@@ -96,9 +96,8 @@ OPENCODE_BASH = {
             "description": "Optional timeout in milliseconds",
         },
         "workdir": {"type": "string"},
-        "description": {"type": "string"},
     },
-    "required": ["command", "description"],
+    "required": ["command"],
 }
 OPENHANDS_TERMINAL = {
     "type": "object",
@@ -266,11 +265,7 @@ def test_chat_completions_round_trip(server: DriverServer) -> None:
     assert choice["finish_reason"] == "tool_calls"
     (call,) = choice["message"]["tool_calls"]
     assert call["type"] == "function" and call["function"]["name"] == "bash"
-    assert json.loads(call["function"]["arguments"]) == {
-        "command": "echo one",
-        "description": "Run the scripted command",
-        "timeout": 1800000,
-    }
+    assert json.loads(call["function"]["arguments"]) == {"command": "echo one", "timeout": 1800000}
     assert reply["usage"] == {
         "prompt_tokens": 1000,
         "completion_tokens": 50,
@@ -468,7 +463,7 @@ def test_gemini_stream_and_side_calls(server: DriverServer) -> None:
         (CODEX_EXEC_COMMAND, {"cmd": "ls", "yield_time_ms": 30000}),
         (CODEX_SHELL_ARGV, {"command": ["bash", "-lc", "ls"]}),
         (GEMINI_RUN_SHELL, {"command": "ls", "description": "Run the scripted command"}),
-        (OPENCODE_BASH, {"command": "ls", "description": "Run the scripted command", "timeout": 1800000}),
+        (OPENCODE_BASH, {"command": "ls", "timeout": 1800000}),
         (OPENHANDS_TERMINAL, {"command": "ls", "security_risk": "LOW", "timeout": 1800}),
     ],
 )
