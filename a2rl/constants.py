@@ -57,6 +57,8 @@ COND_EVALUATED: Final = "Evaluated"
 REASON_COMPLETED: Final = "Completed"
 REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 REASON_AGENT_FAILED: Final = "Failed"
+#: The driver gateway refused further calls: spec.budget.driverTokens / driverCostUSD spent.
+REASON_DRIVER_BUDGET_EXHAUSTED: Final = "DriverBudgetExhausted"
 
 # --- the agent-facing environment contract (names fixed by the reference: docs/agents.md) ------
 ENV_TASK: Final = "TASK"
@@ -167,3 +169,30 @@ ENV_TRACEPARENT: Final = "A2RL_TRACEPARENT"
 TRACE_SERVICE_PREFIX: Final = "a2rl-"  # service.name = a2rl-<component>
 COMPONENT_OPERATOR: Final = "operator"
 COMPONENT_RUNNER: Final = "runner"
+COMPONENT_GATEWAY: Final = "gateway"
+
+# --- the driver gateway (a2rl_gateway; docs/gateway.md), set by the runner / operator ----------
+DRIVER_PROVIDER_ANTHROPIC: Final = "anthropic"
+DRIVER_PROVIDER_OPENAI: Final = "openai"
+DRIVER_PROVIDER_GEMINI: Final = "gemini"
+DRIVER_PROVIDER_OPENAI_COMPATIBLE: Final = "openai-compatible"  # OpenAI wire formats, self-hosted (vLLM)
+DRIVER_PROVIDERS: Final = (
+    DRIVER_PROVIDER_ANTHROPIC,
+    DRIVER_PROVIDER_OPENAI,
+    DRIVER_PROVIDER_GEMINI,
+    DRIVER_PROVIDER_OPENAI_COMPATIBLE,
+)
+ENV_GATEWAY_PROVIDER: Final = "A2RL_GATEWAY_PROVIDER"  # one of DRIVER_PROVIDERS
+ENV_GATEWAY_BASE_URL: Final = "A2RL_GATEWAY_BASE_URL"  # upstream API root (default: the provider's)
+ENV_GATEWAY_MODEL: Final = "A2RL_GATEWAY_MODEL"  # spec.driver.model (recorded, not enforced)
+ENV_GATEWAY_TOKEN: Final = "A2RL_GATEWAY_TOKEN"  # the per-run token the agent presents
+#: Where the upstream key comes from: "stdin" (one line; the local runner's pipe) or
+#: "file:<path>" (a mounted Secret); unset: no key (a self-hosted server without auth).
+ENV_GATEWAY_KEY_SOURCE: Final = "A2RL_GATEWAY_KEY_SOURCE"
+ENV_GATEWAY_PORT: Final = "A2RL_GATEWAY_PORT"  # also serve on 127.0.0.1:<port> (0 = any free)
+ENV_GATEWAY_SOCKET: Final = "A2RL_GATEWAY_SOCKET"  # serve on this Unix socket (the sandbox relays it)
+ENV_GATEWAY_UPSTREAM_TIMEOUT: Final = "A2RL_GATEWAY_UPSTREAM_TIMEOUT"  # s without a byte from upstream
+ENV_DRIVER_TOKENS: Final = "A2RL_DRIVER_TOKENS"  # spec.budget.driverTokens (unset: no limit)
+ENV_DRIVER_COST_USD: Final = "A2RL_DRIVER_COST_USD"  # spec.budget.driverCostUSD (unset: no limit)
+#: The admin's price table (YAML or JSON) extending/overriding the built-in one (docs/gateway.md).
+ENV_DRIVER_PRICES: Final = "A2RL_DRIVER_PRICES"

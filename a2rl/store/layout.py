@@ -14,6 +14,8 @@
     <namespace>/<run>-<uid>/report/{report.json,report.md,report.html,trajectory.png}
     <namespace>/<run>-<uid>/traces/<component>-<pid>-<token>-<n>.jsonl   spans (one object per batch)
     <namespace>/<run>-<uid>/traces.jsonl                 all spans of the run, merged (a2rl.tracing)
+    <namespace>/<run>-<uid>/driver/calls/<n>.json        driver gateway: call n, request + response (redacted)
+    <namespace>/<run>-<uid>/driver/summary.json          driver gateway: running totals, per model, budget
     baselines/<task>/<model-digest>/<evaluator-version>.json   baseline cache shared by all runs (cluster)
     baselines/<task>/<model-digest>/<evaluator-version>-data-<held-out digest>-signer-<key>.json  (local)
     models/<name>/manifest.json, models/blobs/<sha256>   base models pushed for `store:<name>`
@@ -106,6 +108,19 @@ class RunLayout:
 
     def trace_part(self, component: str, pid: int, token: str, seq: int) -> str:
         return f"{self.trace_parts}/{component}-{pid}-{token}-{_n(seq)}.jsonl"
+
+    @property
+    def driver_calls(self) -> str:
+        """Folder of the driver gateway's call records (`a2rl.records.driver.DriverCallRecord`)."""
+        return f"{self.prefix}/driver/calls"
+
+    def driver_call(self, index: int) -> str:
+        return f"{self.driver_calls}/{_n(index)}.json"
+
+    @property
+    def driver_summary(self) -> str:
+        """The driver gateway's running totals (`a2rl.records.driver.DriverSummary`)."""
+        return f"{self.prefix}/driver/summary.json"
 
     @classmethod
     def from_prefix(cls, prefix: str) -> RunLayout:

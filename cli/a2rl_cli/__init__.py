@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "data_cmd",
     "crds_cmd",
     "recorder_cmd",
+    "gateway_cmd",
     "eval_cmd",
     "operator_cmd",
 )

@@ -1,0 +1,64 @@
+"""Error answers in each provider's own shape, so the agent's client reports them as its provider
+would. Pure.
+
+    Anthropic  {"type": "error", "error": {"type": "<type>", "message": "…"}}
+    OpenAI     {"error": {"message": "…", "type": "<type>", "param": null, "code": "<code>"}}
+    Gemini     {"error": {"code": <status>, "message": "…", "status": "<STATUS>"}}
+
+Statuses the stacks' clients treat as final, not as a reason to retry: 401 (bad token), 403
+(budget exhausted), 404 (unknown endpoint); 502 when the upstream cannot be reached (clients
+retry that a few times, as they would the provider's own outage).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a2rl_gateway import protocols as p
+
+UNAUTHORIZED = 401
+BUDGET_EXHAUSTED = 403
+NOT_FOUND = 404
+BAD_REQUEST = 400
+TOO_LARGE = 413
+BAD_GATEWAY = 502
+
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    502: "api_error",
+}
+_OPENAI = {  # status → (type, code)
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("insufficient_quota", "driver_budget_exhausted"),
+    404: ("invalid_request_error", "unknown_url"),
+    413: ("invalid_request_error", "request_too_large"),
+    502: ("server_error", "upstream_unreachable"),
+}
+_GEMINI_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    413: "INVALID_ARGUMENT",
+    502: "UNAVAILABLE",
+}
+
+
+def error_body(protocol: str, status: int, message: str) -> dict[str, Any]:
+    """The JSON body of an error answer with `status` in `protocol`'s shape."""
+    if protocol == p.ANTHROPIC:
+        return {
+            "type": "error",
+            "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message},
+        }
+    if protocol == p.GEMINI:
+        return {
+            "error": {"code": status, "message": message, "status": _GEMINI_STATUS.get(status, "UNKNOWN")}
+        }
+    etype, code = _OPENAI.get(status, ("server_error", None))
+    return {"error": {"message": message, "type": etype, "param": None, "code": code}}

@@ -1,0 +1,168 @@
+"""`Meter`: the run's driver totals and budget, and the records in the store. Thread-safe.
+
+Every call gets a number when it arrives (`next_index`); when it ends, `finish(record)` adds its
+usage and cost to the totals, decides whether the budget is now exhausted, writes
+`driver/calls/<n>.json` and rewrites `driver/summary.json`. The first time the budget is found
+exhausted, `on_exhausted(reason)` is called (once) and `exhausted` is set.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+
+from a2rl.records.base import write_record
+from a2rl.records.driver import DriverBudgetState, DriverCallRecord, DriverSummary, DriverTotals, DriverUsage
+from a2rl.records.times import utc_now
+from a2rl.store.base import ObjectStore
+from a2rl.store.layout import RunLayout
+from a2rl_gateway.budget import Limits, exhausted_reason, refusal_message
+from a2rl_gateway.pricing import Price, cost
+
+log = logging.getLogger(__name__)
+
+
+def add_call(totals: DriverTotals | DriverSummary, record: DriverCallRecord) -> None:
+    """Add one call to running totals (pure apart from mutating `totals`)."""
+    usage = record.usage or DriverUsage()
+    totals.calls += 1
+    if record.status is None or not 200 <= record.status < 300:
+        totals.errors += 1
+    totals.input_tokens += usage.input_tokens
+    totals.output_tokens += usage.output_tokens
+    totals.cached_tokens += usage.cached_tokens
+    totals.cache_write_tokens += usage.cache_write_tokens
+    totals.reasoning_tokens += usage.reasoning_tokens
+    totals.cost_usd += record.cost_usd
+    totals.latency_s += record.latency_s or 0.0
+
+
+class Meter:
+    def __init__(
+        self,
+        *,
+        limits: Limits,
+        prices: Mapping[str, Price],
+        store: ObjectStore | None = None,
+        layout: RunLayout | None = None,
+        provider: str | None = None,
+        base_url: str | None = None,
+        model: str | None = None,
+        on_exhausted: Callable[[str], None] | None = None,
+    ) -> None:
+        self.limits = limits
+        self.prices = dict(prices)
+        self._store = store
+        self._layout = layout
+        self._on_exhausted = on_exhausted
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._next = 0
+        self._written_calls = 0
+        self.summary = DriverSummary(
+            provider=provider,
+            base_url=base_url,
+            model=model,
+            budget=DriverBudgetState(driver_tokens=limits.tokens, driver_cost_usd=limits.cost_usd),
+        )
+        self.exhausted = threading.Event()
+        self.refused = threading.Event()
+
+    # --- decisions ----------------------------------------------------------------------------
+    def next_index(self) -> int:
+        with self._lock:
+            self._next += 1
+            return self._next
+
+    def refusal(self) -> str | None:
+        """The message a new call is refused with, or None when it may go upstream."""
+        with self._lock:
+            reason = self.summary.budget.reason if self.summary.budget.exhausted else None
+        return refusal_message(reason) if reason else None
+
+    def price(self, model: str | None, usage: DriverUsage) -> tuple[float, bool]:
+        return cost(self.prices, model, usage)
+
+    # --- accounting ---------------------------------------------------------------------------
+    def finish(self, record: DriverCallRecord) -> None:
+        """Count a finished call (refused ones too) and record it."""
+        self.persist(record, *self.account(record))
+
+    def account(self, record: DriverCallRecord) -> tuple[DriverSummary, str | None]:
+        """Add the call to the totals and decide the budget (in memory, before the agent gets the
+        end of its answer, so its next call is judged with this one counted). Returns the summary
+        to write and, the first time the budget is found exhausted, why."""
+        newly: str | None = None
+        with self._lock:
+            s = self.summary
+            add_call(s, record)
+            s.total_tokens = s.input_tokens + s.output_tokens
+            s.mean_latency_s = s.latency_s / s.calls if s.calls else None
+            s.updated_at = utc_now()
+            model = record.response_model or record.request_model
+            if model and record.usage is not None:
+                per = s.per_model.setdefault(model, DriverTotals())
+                add_call(per, record)
+            if not record.priced and record.usage is not None and record.usage.total_tokens:
+                s.unpriced_calls += 1
+                if model and model not in s.unpriced_models:
+                    s.unpriced_models = [*s.unpriced_models, model]
+            if record.usage_missing:
+                s.usage_missing_calls += 1
+            if record.refused == "budget_exhausted":
+                s.budget.refused_calls += 1
+                if s.budget.first_refused_at is None:
+                    s.budget.first_refused_at = record.finished_at or utc_now()
+            if not s.budget.exhausted:
+                reason = exhausted_reason(self.limits, s.total_tokens, s.cost_usd)
+                if reason is not None:
+                    s.budget.exhausted, s.budget.exhausted_at, s.budget.reason = True, utc_now(), reason
+                    newly = reason
+            snapshot = s.model_copy(deep=True)
+        if newly is not None:
+            log.warning("%s", newly)
+            self.exhausted.set()
+        return snapshot, newly
+
+    def persist(self, record: DriverCallRecord, summary: DriverSummary, newly: str | None) -> None:
+        """Write the call's record and the summary `account` returned; then tell the runner."""
+        self._write(record, summary)
+        if record.refused == "budget_exhausted":
+            self.refused.set()
+        if newly is not None and self._on_exhausted is not None:
+            try:
+                self._on_exhausted(newly)
+            except Exception:
+                log.exception("on_exhausted callback failed")
+
+    def snapshot(self) -> DriverSummary:
+        with self._lock:
+            return self.summary.model_copy(deep=True)
+
+    def _write(self, record: DriverCallRecord, summary: DriverSummary) -> None:
+        if self._store is None or self._layout is None:
+            return
+        try:
+            write_record(self._store, self._layout.driver_call(record.index), record)
+        except Exception:
+            log.exception("could not write driver call %d to the store", record.index)
+        # Summaries are written in order: a slower writer never replaces a newer one.
+        with self._write_lock:
+            if summary.calls < self._written_calls:
+                return
+            self._written_calls = summary.calls
+            try:
+                write_record(self._store, self._layout.driver_summary, summary)
+            except Exception:
+                log.exception("could not write the driver summary to the store")
+
+    def flush_summary(self) -> None:
+        """Write the summary now (at shutdown)."""
+        if self._store is None or self._layout is None:
+            return
+        with self._write_lock:
+            try:
+                write_record(self._store, self._layout.driver_summary, self.snapshot())
+            except Exception:
+                log.exception("could not write the driver summary to the store")

@@ -1,0 +1,65 @@
+"""What the gateway records is scrubbed of credentials. Pure.
+
+Header values of `Authorization`, `x-api-key`, `x-goog-api-key`, `api-key`, cookies and proxy
+credentials become `[redacted]`; so does a `key=` query parameter; and every occurrence of a
+secret the gateway holds (the upstream key, the run's token) anywhere in a recorded value, keys
+of JSON objects included.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+REDACTED = "[redacted]"
+SECRET_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "x-api-key", "x-goog-api-key", "api-key", "cookie", "set-cookie"}
+)
+#: Shorter strings are not scrubbed from text (they would blank unrelated words).
+MIN_SECRET_LEN = 8
+
+
+def redact_headers(headers: Iterable[tuple[str, str]], secrets: Sequence[str] = ()) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in headers:
+        out[name] = REDACTED if name.lower() in SECRET_HEADERS else redact_text(value, secrets)
+    return out
+
+
+def redact_query(path: str) -> str:
+    """`path?query` with the value of every `key=` parameter redacted."""
+    base, sep, query = path.partition("?")
+    if not sep:
+        return path
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    shown = [(k, REDACTED if k == "key" else v) for k, v in pairs]
+    return f"{base}?{urllib.parse.urlencode(shown, safe='[]')}"
+
+
+def redact_url(url: str) -> str:
+    """A URL without user:password and with its `key=` parameter redacted."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc = f"{netloc}:{parts.port}"
+    clean = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return redact_query(f"{clean}?{parts.query}") if parts.query else clean
+
+
+def redact_text(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        if secret and len(secret) >= MIN_SECRET_LEN and secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def redact_value(value: Any, secrets: Sequence[str]) -> Any:
+    """A JSON value with every secret scrubbed from its strings (object keys included)."""
+    if isinstance(value, str):
+        return redact_text(value, secrets)
+    if isinstance(value, Mapping):
+        return {redact_text(str(k), secrets): redact_value(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_value(v, secrets) for v in value]
+    return value
