@@ -79,6 +79,12 @@ class Call:
 
 Argv = Callable[[Call], list[str]]
 Env = Callable[[Call], dict[str, str]]
+#: Files the stack reads at start, relative to the agent's HOME (the runner writes them there).
+Files = Callable[[Call], dict[str, str]]
+
+
+def _no_files(call: Call) -> dict[str, str]:
+    return {}
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,7 @@ class StackDef:
     python_min: tuple[int, int] | None = None
     #: Arguments of `entry` that print the version (the installer checks the install with them).
     check: tuple[str, ...] = ("--version",)
+    files: Files = _no_files
 
     @property
     def default_version(self) -> str:
@@ -201,6 +208,16 @@ CODEX = StackDef(
     needs_node=True,
 )
 
+# Gemini CLI 0.61.0 derives the auth type "gateway" from GOOGLE_GEMINI_BASE_URL and then refuses
+# it in headless mode ("Invalid auth method selected."): the settings select the API-key auth, which
+# still sends every request to GOOGLE_GEMINI_BASE_URL (checked against a loopback server).
+GEMINI_SETTINGS = {
+    "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
+    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+}
+
 GEMINI_CLI = StackDef(
     name="gemini-cli",
     versions=("0.61.0",),
@@ -222,10 +239,12 @@ GEMINI_CLI = StackDef(
         "GOOGLE_GEMINI_BASE_URL": c.gateway,
         "GEMINI_API_KEY": c.token,
         "GEMINI_CLI_NO_RELAUNCH": "true",
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",  # headless runs refuse an untrusted folder
         "GEMINI_TELEMETRY_ENABLED": "false",
     },
     events="stream-json",
     needs_node=True,
+    files=lambda c: {".gemini/settings.json": json.dumps(GEMINI_SETTINGS, indent=2) + "\n"},
 )
 
 # OpenCode reads its provider from a generated config (OPENCODE_CONFIG_CONTENT): the AI SDK
@@ -323,7 +342,7 @@ conversation.run()
 _LITELLM = {
     "anthropic": ("anthropic", ""),
     "openai": ("openai", "/v1"),
-    "gemini": ("gemini", ""),
+    "gemini": ("gemini", "/v1beta"),  # litellm appends /models/<m>:generateContent
     "openai-compatible": ("openai", "/v1"),
 }
 
@@ -403,7 +422,7 @@ def default_api_key_env(provider: str) -> str:
     return PROVIDER_KEY_ENV[provider]
 
 
-def invocation(
+def _call(
     stack: str,
     *,
     prompt: str,
@@ -411,16 +430,9 @@ def invocation(
     gateway_base_url: str,
     token: str,
     workspace: Path,
-    provider: str | None = None,
-    install_dir: Path | None = None,
-) -> tuple[list[str], dict[str, str]]:
-    """The argv and the environment additions that start `stack` non-interactively on `prompt`,
-    driven by `model` through the run's gateway at `gateway_base_url` with the per-run `token`.
-
-    `provider` is `spec.driver.provider` (default: the stack's first). argv[0] is the entry under
-    `install_dir` (or relative to the install directory when None). The environment additions
-    hold the token only; the caller removes `UPSTREAM_KEY_ENV` from the agent's environment
-    before adding them."""
+    provider: str | None,
+    install_dir: Path | None,
+) -> tuple[StackDef, Call]:
     sdef = stack_def(stack)
     provider = provider or sdef.providers[0]
     problem = provider_problem(stack, provider)
@@ -438,4 +450,59 @@ def invocation(
         workspace=workspace,
         entry=entry,
     )
+    return sdef, call
+
+
+def invocation(
+    stack: str,
+    *,
+    prompt: str,
+    model: str,
+    gateway_base_url: str,
+    token: str,
+    workspace: Path,
+    provider: str | None = None,
+    install_dir: Path | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and the environment additions that start `stack` non-interactively on `prompt`,
+    driven by `model` through the run's gateway at `gateway_base_url` with the per-run `token`.
+
+    `provider` is `spec.driver.provider` (default: the stack's first). argv[0] is the entry under
+    `install_dir` (or relative to the install directory when None). The environment additions
+    hold the token only; the caller removes `UPSTREAM_KEY_ENV` from the agent's environment
+    before adding them, and writes `home_files(...)` into the agent's HOME."""
+    sdef, call = _call(
+        stack,
+        prompt=prompt,
+        model=model,
+        gateway_base_url=gateway_base_url,
+        token=token,
+        workspace=workspace,
+        provider=provider,
+        install_dir=install_dir,
+    )
     return sdef.argv(call), sdef.env(call)
+
+
+def home_files(
+    stack: str,
+    *,
+    model: str,
+    gateway_base_url: str,
+    token: str,
+    workspace: Path,
+    provider: str | None = None,
+) -> dict[str, str]:
+    """Files `stack` must find in the agent's HOME (path relative to HOME → content), for the
+    same run as `invocation`; the runner writes them into the per-run HOME before the start."""
+    sdef, call = _call(
+        stack,
+        prompt="",
+        model=model,
+        gateway_base_url=gateway_base_url,
+        token=token,
+        workspace=workspace,
+        provider=provider,
+        install_dir=None,
+    )
+    return sdef.files(call)

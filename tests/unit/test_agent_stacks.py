@@ -362,3 +362,15 @@ def test_every_stack_has_an_example_that_validates() -> None:
         assert run.spec.driver.provider in STACKS[stack].providers
     vllm = load_benchrun(EXAMPLES / "openhands-vllm-arith.yaml", {"arith"})
     assert vllm.spec.driver is not None and vllm.spec.driver.provider == "openai-compatible"
+
+
+def test_home_files_select_the_api_key_auth_of_gemini_cli() -> None:
+    from a2rl.stacks import home_files
+
+    kwargs = {"model": "m", "gateway_base_url": GATEWAY, "token": TOKEN, "workspace": Path("/ws")}
+    settings = json.loads(home_files("gemini-cli", **kwargs)[".gemini/settings.json"])  # type: ignore[arg-type]
+    assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"
+    for stack in ("claude-code", "codex", "opencode", "openhands"):
+        assert home_files(stack, **kwargs) == {}  # type: ignore[arg-type]
+    _, env = _call("openhands", "gemini")
+    assert env["OPENHANDS_LLM_BASE_URL"] == f"{GATEWAY}/v1beta"
