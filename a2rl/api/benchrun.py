@@ -162,13 +162,13 @@ class AgentSpec(ApiModel):
         }
     )
 
-    image: str | None = Field(
-        default=None,
+    image: str = Field(
+        default=DEFAULT_AGENT_IMAGE,
         min_length=1,
         max_length=1024,
         description=(
-            f"Container image of the agent (cluster mode). Default: `{DEFAULT_AGENT_IMAGE}` for a "
-            "`command`, the stack's image (`ghcr.io/a2rl/agent-<stack>:<stackVersion>`) for a `stack`."
+            "Container image of the agent (cluster mode). For a `stack`, the default stands for the "
+            "stack's image, `ghcr.io/a2rl/agent-<stack>:<stackVersion>`."
         ),
     )
     stack: StackName | None = Field(
@@ -284,11 +284,9 @@ class AgentSpec(ApiModel):
     @property
     def image_ref(self) -> str:
         """The agent container's image: `image`, else the stack's or the baselines' default."""
-        if self.image:
-            return self.image
-        if self.stack is not None:
+        if self.stack is not None and self.image == DEFAULT_AGENT_IMAGE:
             return STACKS[self.stack].image(self.stack_version_or_default)
-        return DEFAULT_AGENT_IMAGE
+        return self.image
 
 
 #: An environment variable name (what `spec.driver.apiKeyEnv` may name).

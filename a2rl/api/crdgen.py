@@ -120,6 +120,7 @@ BENCHRUN = Kind(
         PrinterColumn("Improvement", "number", ".status.improvement", "Best score minus baseline score."),
         AGE,
         PrinterColumn("Model", "string", ".spec.baseModel.name", "Base model.", priority=1),
+        PrinterColumn("Stack", "string", ".spec.agent.stack", "LLM agent stack.", priority=1),
         PrinterColumn("Driver", "string", ".spec.driver.model", "Driver LLM.", priority=1),
         PrinterColumn(
             "Reason",

@@ -46,7 +46,9 @@ def test_defaults_fill_every_optional_section() -> None:
     spec = BenchRun.model_validate(minimal_run()).spec
     assert spec.resources.cpu == "2" and spec.resources.memory == "8Gi" and spec.resources.gpus == 0
     assert spec.evaluation.backend == "auto"
-    assert spec.agent.image is None and spec.agent.image_ref.startswith("ghcr.io/a2rl/agent-baselines:")
+    assert spec.agent.image == spec.agent.image_ref and spec.agent.image.startswith(
+        "ghcr.io/a2rl/agent-baselines:"
+    )
     assert spec.seed == 0 and spec.driver is None and spec.store.uri is None
 
 
