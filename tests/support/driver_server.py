@@ -220,7 +220,7 @@ class RequestRecord:
     protocol: str = "other"  # anthropic | openai-chat | openai-responses | gemini | side endpoint name
     model: str = ""
     stream: bool = False
-    kind: str = "other"  # step | poll | final | side | other
+    kind: str = "other"  # step | poll | final | side | error | other
     step: int | None = None
     tool: str | None = None
     tool_arguments: dict[str, Any] | None = None
@@ -461,7 +461,9 @@ class DriverServer:
     """The scripted driver on 127.0.0.1:`port` (0: a free one); a context manager.
 
     `api_key`, when set, is required (as `x-api-key`, `Authorization: Bearer`, `x-goog-api-key`
-    or `?key=`); a request without it gets the provider's 401.
+    or `?key=`); a request without it gets the provider's 401. `fail_after=N`: once N model
+    answers were sent, every model request gets `fail_status` with `fail_message` in the
+    provider's error shape (what a gateway past its budget does), and no usage.
     """
 
     def __init__(
@@ -473,12 +475,16 @@ class DriverServer:
         shell_tool_names: tuple[str, ...] = SHELL_TOOL_NAMES,
         log_path: Path | None = None,
         chunk_delay_s: float = 0.0,
+        fail_after: int | None = None,
+        fail_status: int = 400,
+        fail_message: str = "driver budget exhausted",
     ) -> None:
         self.script = script or default_script()
         self.api_key = api_key
         self.shell_tool_names = shell_tool_names
         self.log_path = log_path
         self.chunk_delay_s = chunk_delay_s
+        self.fail_after, self.fail_status, self.fail_message = fail_after, fail_status, fail_message
         self.records: list[RequestRecord] = []
         self._lock = threading.Lock()
         self._ids = 0
@@ -525,6 +531,16 @@ class DriverServer:
             assert r.usage is not None
             total = total + r.usage
         return total
+
+    def errors_sent(self) -> list[RequestRecord]:
+        with self._lock:
+            return [r for r in self.records if r.kind == "error"]
+
+    def _failing(self) -> bool:
+        if self.fail_after is None:
+            return False
+        with self._lock:
+            return sum(1 for r in self.records if r.usage is not None) >= self.fail_after
 
     def steps_played(self) -> list[int]:
         return [r.step for r in self.model_calls() if r.kind == "step" and r.step is not None]
@@ -761,6 +777,10 @@ class _Handler(BaseHTTPRequestHandler):
         turn, tools, results = self.driver.plan(protocol, body)
         record.tools_declared = [t.name for t in tools]
         record.tool_results = results
+        if self.driver._failing():
+            record.kind, record.status = "error", self.driver.fail_status
+            self._send_json(record.status, _error(protocol, record.status, self.driver.fail_message))
+            return
         record.kind, record.step, record.usage = turn.kind, turn.step, turn.usage
         if turn.call is not None:
             record.tool, record.tool_arguments = turn.call.name, turn.call.arguments
@@ -1053,20 +1073,23 @@ def _gemini_side(turn: Turn, body: dict[str, Any]) -> Turn:
     return turn
 
 
+_ERROR_TYPES = {  # status: (Anthropic type, OpenAI type, Gemini status)
+    400: ("invalid_request_error", "invalid_request_error", "INVALID_ARGUMENT"),
+    401: ("authentication_error", "invalid_request_error", "UNAUTHENTICATED"),
+    403: ("permission_error", "insufficient_quota", "PERMISSION_DENIED"),
+    429: ("rate_limit_error", "insufficient_quota", "RESOURCE_EXHAUSTED"),
+}
+
+
 def _error(protocol: str, status: int, message: str) -> dict[str, Any]:
     """An error in the provider's own shape."""
+    anthropic, openai, gemini = _ERROR_TYPES.get(status, ("api_error", "server_error", "INTERNAL"))
     if protocol == "anthropic":
-        return {"type": "error", "error": {"type": "authentication_error", "message": message}}
+        return {"type": "error", "error": {"type": anthropic, "message": message}}
     if protocol == "gemini":
-        return {"error": {"code": status, "message": message, "status": "UNAUTHENTICATED"}}
-    return {
-        "error": {
-            "message": message,
-            "type": "invalid_request_error",
-            "code": "invalid_api_key",
-            "param": None,
-        }
-    }
+        return {"error": {"code": status, "message": message, "status": gemini}}
+    code = "invalid_api_key" if status == 401 else openai
+    return {"error": {"message": message, "type": openai, "code": code, "param": None}}
 
 
 def _models(path: str) -> dict[str, Any]:
@@ -1176,12 +1199,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--api-key", default=None, help="require this key")
     parser.add_argument("--log", type=Path, default=None, help="append every request as a JSON line here")
+    parser.add_argument("--fail-after", type=int, default=None, help="error every model call after N answers")
+    parser.add_argument("--fail-status", type=int, default=400)
+    parser.add_argument("--fail-message", default="driver budget exhausted")
     args = parser.parse_args(argv)
     if args.script:
         script = Script.from_json(json.loads(args.script.read_text()))
     else:
         script = default_script(args.train_py.read_text()) if args.train_py else default_script()
-    with DriverServer(script, port=args.port, api_key=args.api_key, log_path=args.log) as server:
+    with DriverServer(
+        script,
+        port=args.port,
+        api_key=args.api_key,
+        log_path=args.log,
+        fail_after=args.fail_after,
+        fail_status=args.fail_status,
+        fail_message=args.fail_message,
+    ) as server:
         print(f"driver server on {server.url} ({len(script.steps)} steps)", flush=True)
         try:
             while True:

@@ -570,3 +570,37 @@ def test_module_runs_as_a_command(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("status", "anthropic", "openai", "gemini"),
+    [
+        (400, "invalid_request_error", "invalid_request_error", "INVALID_ARGUMENT"),
+        (403, "permission_error", "insufficient_quota", "PERMISSION_DENIED"),
+        (429, "rate_limit_error", "insufficient_quota", "RESOURCE_EXHAUSTED"),
+    ],
+)
+def test_fail_after_answers_with_the_providers_error_and_no_usage(
+    status: int, anthropic: str, openai: str, gemini: str
+) -> None:
+    with DriverServer(THREE, fail_after=1, fail_status=status, fail_message="budget gone") as s:
+        assert post(f"{s.url}/v1/messages", anthropic_body([]))["stop_reason"] == "tool_use"
+        cases = [
+            ("/v1/messages", anthropic_body(["1"], stream=True), lambda e: e["error"]["type"] == anthropic),
+            ("/v1/chat/completions", chat_body(["1"], stream=True), lambda e: e["error"]["type"] == openai),
+            ("/v1/responses", responses_body(["1"], stream=True), lambda e: e["error"]["type"] == openai),
+            (
+                "/v1beta/models/g:generateContent",
+                gemini_body(["1"]),
+                lambda e: e["error"]["status"] == gemini,
+            ),
+        ]
+        for path, body, shape in cases:
+            with pytest.raises(urllib.error.HTTPError) as err:
+                post(s.url + path, body)
+            assert err.value.code == status
+            payload = json.loads(err.value.read())
+            assert shape(payload) and "budget gone" in json.dumps(payload)
+        assert [r.kind for r in s.records] == ["step", "error", "error", "error", "error"]
+        assert [r.tools_declared != [] for r in s.errors_sent()] == [True] * 4
+        assert s.usage_total() == Usage(1000, 50, 300)  # errors carry no usage
