@@ -128,6 +128,7 @@ class Gateway:
             )
             t.start()
             self._threads.append(t)
+        self.meter.announce()
 
     def stop(self, drain_timeout_s: float = 30.0) -> bool:
         """Stop accepting, let calls in flight end (at most `drain_timeout_s`), write the summary.

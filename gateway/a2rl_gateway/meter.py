@@ -68,6 +68,17 @@ class Meter:
         )
         self.exhausted = threading.Event()
         self.refused = threading.Event()
+        reason = exhausted_reason(limits, 0, 0.0)  # a zero budget allows no call at all
+        self._initially_exhausted = reason
+        if reason is not None:
+            budget = self.summary.budget
+            budget.exhausted, budget.exhausted_at, budget.reason = True, utc_now(), reason
+            self.exhausted.set()
+
+    def announce(self) -> None:
+        """Tell `on_exhausted` about a budget that was zero from the start (once serving)."""
+        if self._initially_exhausted is not None and self._on_exhausted is not None:
+            self._on_exhausted(self._initially_exhausted)
 
     # --- decisions ----------------------------------------------------------------------------
     def next_index(self) -> int:

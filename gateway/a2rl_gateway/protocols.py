@@ -58,7 +58,7 @@ HOP_BY_HOP = frozenset(
 )
 #: Where a client may present a key; stripped before forwarding.
 AUTH_HEADERS = frozenset({"authorization", "x-api-key", "x-goog-api-key", "api-key"})
-_NOT_FORWARDED = HOP_BY_HOP | AUTH_HEADERS | {"host", "content-length", "accept-encoding", "cookie"}
+_NOT_FORWARDED = HOP_BY_HOP | AUTH_HEADERS | {"host", "content-length", "accept-encoding", "cookie", "expect"}
 _NOT_RETURNED = HOP_BY_HOP | {"content-length", "set-cookie", "server", "date"}
 
 _GEMINI_METHOD = re.compile(r"^/v1(?:beta|alpha)?/models/(?P<model>[^/:]+):(?P<method>[A-Za-z]+)$")

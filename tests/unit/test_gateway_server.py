@@ -121,6 +121,17 @@ class Upstream:
         if path.endswith("/models"):
             self._json(h, 200, {"data": [{"id": "m"}]})
             return
+        if isinstance(body, dict) and body.get("model") == "overloaded":
+            h.send_response(529)
+            data = json.dumps(
+                {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+            ).encode()
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Retry-After", "7")
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data)
+            return
         u = self._usage()
         if path.endswith("/messages"):
             self._anthropic(h, body, u)
@@ -414,8 +425,9 @@ class Reply:
 
 
 def request(
-    url: str, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    url: str | None, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
 ) -> Reply:
+    assert url is not None, "the gateway serves no TCP port"
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     try:
@@ -615,6 +627,46 @@ def test_unknown_endpoint_and_unreachable_upstream(make_gateway: Any) -> None:
     assert reply.status == 502 and reply.json()["error"]["code"] == "upstream_unreachable"
     assert gw.summary().errors == 2
     upstream.start()  # the fixture stops it again
+
+
+def test_upstream_errors_pass_through_unchanged(make_gateway: Any, store: LocalStore) -> None:
+    gw, _ = make_gateway("anthropic")
+    body = {"model": "overloaded", "max_tokens": 5, "messages": [], "stream": True}
+    reply = request(gw.url, "POST", "/v1/messages", body, auth_headers("anthropic", gw.config.token))
+    assert reply.status == 529 and reply.headers["retry-after"] == "7"
+    assert reply.json()["error"]["type"] == "overloaded_error"
+    assert gw.stop(5)
+    rec = load_record(store, LAYOUT.driver_call(1), DriverCallRecord)
+    assert rec.status == 529 and rec.refused is None and rec.usage is None and not rec.usage_missing
+    assert gw.summary().errors == 1 and gw.summary().total_tokens == 0
+
+
+def test_a_client_hanging_up_mid_stream_is_still_metered_in_full(make_gateway: Any) -> None:
+    gw, upstream = make_gateway("anthropic")
+    upstream.hold = threading.Event()
+    path, body = call_spec("anthropic", "messages", True)
+    host, port = gw.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    headers = {"Content-Type": "application/json", **auth_headers("anthropic", gw.config.token)}
+    conn.request("POST", path, body=json.dumps(body), headers=headers)
+    resp = conn.getresponse()
+    assert resp.read1(65536)
+    conn.close()  # the agent goes away; the upstream goes on generating (and billing)
+    upstream.release.set()
+    wait_for(lambda: gw.summary().calls == 1)
+    s = gw.summary()
+    assert (s.input_tokens, s.output_tokens) == (upstream.sent.input, upstream.sent.output)
+
+
+def test_a_zero_budget_refuses_the_first_call(make_gateway: Any) -> None:
+    exhausted: list[str] = []
+    gw, upstream = make_gateway("openai", limits=Limits(tokens=0), exhausted=exhausted)
+    assert gw.exhausted.is_set() and exhausted == [
+        "the run's driver budget (0 tokens) is exhausted: 0 tokens used"
+    ]
+    path, body = call_spec("openai", "chat", False)
+    assert request(gw.url, "POST", path, body, auth_headers("openai", gw.config.token)).status == 403
+    assert upstream.requests == []
 
 
 # --- budgets -------------------------------------------------------------------------------------
