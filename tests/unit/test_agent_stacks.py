@@ -374,3 +374,13 @@ def test_home_files_select_the_api_key_auth_of_gemini_cli() -> None:
         assert home_files(stack, **kwargs) == {}  # type: ignore[arg-type]
     _, env = _call("openhands", "gemini")
     assert env["OPENHANDS_LLM_BASE_URL"] == f"{GATEWAY}/v1beta"
+
+
+def test_each_stack_has_an_image_that_installs_its_tested_version() -> None:
+    images = Path(__file__).resolve().parents[2] / "images"
+    for name, sdef in STACKS.items():
+        dockerfile = (images / f"agent-{name}" / "Dockerfile").read_text()
+        assert f"ARG VERSION={sdef.default_version}\n" in dockerfile
+        assert f"-t {sdef.image()} ." in dockerfile
+        assert all(pkg in dockerfile for pkg in sdef.packages)
+        assert f"/opt/a2rl-cache/agents/{name}-$VERSION" in dockerfile
