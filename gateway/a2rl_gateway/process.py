@@ -30,6 +30,7 @@ from a2rl.launch import kill_group, start_a2rl
 from a2rl_gateway.app import EXHAUSTED_PREFIX, READY_PREFIX, REFUSED_PREFIX
 from a2rl_gateway.config import KEY_SOURCE_STDIN, GatewayConfig
 from a2rl_gateway.protocols import PROVIDER_KEY_ENVS
+from a2rl_gateway.redact import MIN_SECRET_LEN
 
 READY_TIMEOUT_S = 60.0
 
@@ -62,7 +63,7 @@ class GatewayProcess:
         self.log_path = log_path
         self._key = upstream_key
         self._env = gateway_env(config, base_env, strip_env)
-        if upstream_key is not None:
+        if upstream_key is not None and len(upstream_key) >= MIN_SECRET_LEN:  # not "EMPTY" (vLLM's)
             leaked = [k for k, v in self._env.items() if upstream_key in v]
             if leaked:
                 raise A2rlError(

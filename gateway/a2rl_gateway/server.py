@@ -240,6 +240,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _call(self, gw: Gateway, path: str, query: str) -> None:
         self._t0 = time.monotonic()
         self._pending: tuple[DriverSummary, str | None] | None = None
+        self._reencoded = False
         cfg = gw.config
         secrets = gw.secrets
         rec = DriverCallRecord(
@@ -258,7 +259,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 self._refuse(rec, err_protocol, exc.status, str(exc), "bad_request")
                 return
-            rec.request_body, rec.truncated = recorded_body(body)
+            # A compressed request (gzip/deflate) is read decompressed; it is forwarded as sent.
+            plain = _decoded(body, self.headers.get("Content-Encoding") or "")
+            rec.request_body, rec.truncated = recorded_body(plain)
             if not gw.authorized(self.headers.items(), query):
                 self._refuse(
                     rec,
@@ -283,7 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
             parsed: Any = None
             if body:
                 with contextlib.suppress(ValueError):
-                    parsed = json.loads(body)
+                    parsed = json.loads(plain)
             rec.protocol, rec.operation = endpoint.protocol, endpoint.operation
             rec.request_model = p.request_model(endpoint, parsed)
             rec.stream = p.wants_stream(endpoint, parsed, query)
@@ -296,6 +299,7 @@ class _Handler(BaseHTTPRequestHandler):
                     sent = p.with_stream_usage(endpoint, parsed)
                     if sent is not parsed:
                         body = json.dumps(sent).encode()
+                        self._reencoded = True
                     self._proxy(gw, rec, endpoint, path=path, query=query, body=body)
                 if sp.is_recording():
                     sp.set_attributes(span_result_attributes(rec))
@@ -334,6 +338,8 @@ class _Handler(BaseHTTPRequestHandler):
         url = p.upstream_url(cfg.base_url, path, p.forwarded_query(query))
         rec.upstream_url = redact_url(url)
         headers = p.forward_headers(cfg.provider, self.headers.items(), gw.upstream_key)
+        if self._reencoded:  # the gateway rewrote the body: it is plain JSON now
+            headers = {k: v for k, v in headers.items() if k.lower() != "content-encoding"}
         if body:
             headers["Content-Length"] = str(len(body))
         request = urllib.request.Request(url, data=body or None, headers=headers, method=self.command)

@@ -9,6 +9,7 @@ protocol with a different usage per call (cache fields included) and logs what i
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import os
@@ -25,6 +26,7 @@ import pytest
 from a2rl_gateway import Gateway, GatewayConfig, GatewayProcess, Limits, new_run_token
 
 from a2rl import constants as c
+from a2rl.errors import A2rlError
 from a2rl.records.base import load_record
 from a2rl.records.driver import DriverCallRecord, DriverSummary
 from a2rl.store.layout import RunLayout
@@ -107,6 +109,8 @@ class Upstream:
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
         length = int(h.headers.get("Content-Length") or 0)
         raw = h.rfile.read(length) if length else b""
+        if h.headers.get("Content-Encoding") == "gzip":
+            raw = gzip.decompress(raw)
         body = json.loads(raw) if raw else {}
         path, _, query = h.path.partition("?")
         self.requests.append(
@@ -629,6 +633,29 @@ def test_unknown_endpoint_and_unreachable_upstream(make_gateway: Any) -> None:
     upstream.start()  # the fixture stops it again
 
 
+@pytest.mark.parametrize("endpoint", ["chat", "responses"])
+def test_a_gzipped_request_is_read_and_forwarded(make_gateway: Any, store: LocalStore, endpoint: str) -> None:
+    gw, upstream = make_gateway("openai")
+    path, body = call_spec("openai", endpoint, True)
+    host, port = gw.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    headers = {
+        "Content-Type": "application/json",
+        "Content-Encoding": "gzip",
+        **auth_headers("openai", gw.config.token),
+    }
+    conn.request("POST", path, body=gzip.compress(json.dumps(body).encode()), headers=headers)
+    assert conn.getresponse().read()
+    conn.close()
+    assert gw.stop(5)
+    assert upstream.requests[0]["body"]["model"] == "gpt-5-mini"
+    if endpoint == "chat":  # rewritten (include_usage): sent as plain JSON
+        assert "content-encoding" not in upstream.requests[0]["headers"]
+    rec = load_record(store, LAYOUT.driver_call(1), DriverCallRecord)
+    assert rec.request_body["model"] == "gpt-5-mini" and rec.stream
+    assert gw.summary().output_tokens == upstream.sent.output > 0
+
+
 def test_upstream_errors_pass_through_unchanged(make_gateway: Any, store: LocalStore) -> None:
     gw, _ = make_gateway("anthropic")
     body = {"model": "overloaded", "max_tokens": 5, "messages": [], "stream": True}
@@ -886,6 +913,19 @@ def test_gateway_process_holds_the_key_in_neither_environment_nor_argv(
     assert stored.calls == 2 and stored.budget.exhausted and stored.budget.refused_calls == 1
     assert UPSTREAM_KEY not in (tmp_path / "gateway.log").read_text()
     assert "a2rl-gateway listening on http://127.0.0.1:" in (tmp_path / "gateway.log").read_text()
+
+
+def test_gateway_process_refuses_an_environment_holding_the_key(tmp_path: Path) -> None:
+    cfg = GatewayConfig(provider="openai", token=new_run_token(), port=0)
+    env = {"PATH": os.environ.get("PATH", ""), "SOME_OTHER_NAME": UPSTREAM_KEY}
+    with pytest.raises(
+        A2rlError, match=r"the upstream key is in the gateway's environment \(SOME_OTHER_NAME\)"
+    ):
+        GatewayProcess(cfg, tmp_path / "g.log", upstream_key=UPSTREAM_KEY, base_env=env)
+    # stripped by name: fine
+    GatewayProcess(
+        cfg, tmp_path / "g.log", upstream_key=UPSTREAM_KEY, base_env=env, strip_env=["SOME_OTHER_NAME"]
+    )
 
 
 def test_gateway_serve_without_configuration_is_a_one_line_error(
