@@ -57,5 +57,6 @@ def test_tiny_model_plays_alfworld_through_the_grader(tmp_path: Path, tiny_model
         assert d["won"] or d["steps"] == STEPS
         assert len(d["prediction"].split("\n")) == d["steps"]
     digest = result["model_digest"]
-    key = f"baselines/alfworld/{digest}/alfworld-1+steps{STEPS}+limit{GAMES}.json"
-    assert open_store(store_uri).exists(key)
+    version = f"alfworld-1+steps{STEPS}+limit{GAMES}"
+    cached = list(open_store(store_uri).list(f"baselines/alfworld/{digest}/"))
+    assert [k.rsplit("/", 1)[1].startswith(version + "-data-") for k in cached] == [True], cached

@@ -56,9 +56,12 @@ def test_tiny_model_end_to_end(task: str, tiny_model: Path, tmp_path: Path) -> N
         assert all(d["status"] in {"passed", "failed", "timeout", "exited_early"} for d in details)
     else:
         assert all("gold" in d and "prediction" in d for d in details)
-    assert open_store((tmp_path / "store").as_uri()).exists(
-        f"baselines/{task}/{result['model_digest']}/{get_task(task).evaluator_version}+limit{LIMIT}.json"
-    )
+    # Cached under the task, model and evaluator version (local mode adds the held-out digest
+    # and the signing key's fingerprint: docs/local-mode.md).
+    version = f"{get_task(task).evaluator_version}+limit{LIMIT}"
+    store = open_store((tmp_path / "store").as_uri())
+    cached = list(store.list(f"baselines/{task}/{result['model_digest']}/"))
+    assert [k.rsplit("/", 1)[1].startswith(version + "-data-") for k in cached] == [True], cached
 
 
 def test_unloadable_model_is_an_error_result(tmp_path: Path) -> None:

@@ -386,6 +386,7 @@ AGENT = textwrap.dedent(
     with open("code/train.py", "w") as f:
         f.write("print('pretend training')\\n")
     shutil.copytree(os.environ["MODEL_PATH"], "output/v1")
+    os.chmod("output/v1", 0o755)  # copied from the read-only base model
     with open("output/v1/NOTES.txt", "w") as f:  # not the base model's bytes: really evaluated
         f.write("submitted by the tracing test\\n")
     req = urllib.request.Request(
