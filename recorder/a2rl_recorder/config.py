@@ -13,6 +13,8 @@ from a2rl import constants as c
 from a2rl.errors import A2rlError
 
 DEFAULT_MAX_MODEL_BYTES = 50 * (1 << 30)
+#: New blob bytes all of a run's submissions may store (`A2RL_MAX_RUN_STORED_BYTES`; 0: no cap).
+DEFAULT_MAX_RUN_STORED_BYTES = 200 * (1 << 30)
 DEFAULT_DRAIN_TIMEOUT_S = 1800.0
 DEFAULT_CODE_POLL_S = 1.0
 DEFAULT_CODE_DEBOUNCE_S = 2.0
@@ -42,6 +44,7 @@ class RecorderConfig:
     eval_limit: int | None = None
     eval_timeout_s: float = DEFAULT_EVAL_TIMEOUT_S
     max_model_bytes: int = DEFAULT_MAX_MODEL_BYTES
+    max_run_stored_bytes: int = DEFAULT_MAX_RUN_STORED_BYTES
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
     code_poll_s: float = DEFAULT_CODE_POLL_S
     code_debounce_s: float = DEFAULT_CODE_DEBOUNCE_S
@@ -101,6 +104,7 @@ class RecorderConfig:
             eval_limit=_opt_int(e, c.ENV_EVAL_LIMIT),
             eval_timeout_s=_num(e, c.ENV_EVAL_TIMEOUT, float, DEFAULT_EVAL_TIMEOUT_S),
             max_model_bytes=_num(e, c.ENV_MAX_MODEL_BYTES, int, DEFAULT_MAX_MODEL_BYTES),
+            max_run_stored_bytes=_num(e, c.ENV_MAX_RUN_STORED_BYTES, int, DEFAULT_MAX_RUN_STORED_BYTES),
             drain_timeout_s=_num(e, c.ENV_RECORDER_DRAIN_TIMEOUT, float, DEFAULT_DRAIN_TIMEOUT_S),
             code_poll_s=_num(e, c.ENV_CODE_POLL_INTERVAL, float, DEFAULT_CODE_POLL_S),
             code_debounce_s=_num(e, c.ENV_CODE_DEBOUNCE, float, DEFAULT_CODE_DEBOUNCE_S),

@@ -30,7 +30,7 @@ from a2rl.records.times import iso_utc
 from a2rl.records.tree import TreeRecord
 from a2rl.scores import improvement
 from a2rl.store.base import ObjectStore
-from a2rl.store.cas import DigestCache
+from a2rl.store.cas import DigestCache, UploadBudget
 from a2rl.store.layout import RunLayout
 from a2rl.tracing import ATTR_SUBMISSION_INDEX, annotate, span
 from a2rl.workspace import update_run_meta
@@ -39,7 +39,7 @@ from a2rl_recorder.dispatch import EvaluationDispatcher
 from a2rl_recorder.snapshots import CodeSnapshotter
 from a2rl_recorder.spool import SpoolingStore
 from a2rl_recorder.state import RunState
-from a2rl_recorder.submit import SubmitRejectedError, run_upload_budget, snapshot_model, validate_model_path
+from a2rl_recorder.submit import SubmitRejectedError, snapshot_model, validate_model_path
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,9 @@ class Recorder:
         self.layout = RunLayout.from_prefix(config.run_prefix)
         self.known: set[str] = set()
         self.digests = DigestCache()  # unchanged files are not re-hashed at the next snapshot
+        # New blob bytes this recorder's submissions may still store (sparse-file amplification).
+        stored_cap = config.max_run_stored_bytes
+        self.upload_budget = UploadBudget(stored_cap if stored_cap > 0 else None)
         self.code = CodeSnapshotter(
             store,
             self.layout,
@@ -195,7 +198,7 @@ class Recorder:
                 digests=self.digests,
                 read_deadline=self.config.deadline,
                 clock=self.clock,
-                budget=run_upload_budget(self),
+                budget=self.upload_budget,
             )
         with span("snapshot_code"):
             revision = self.code.snapshot("submit")

@@ -13,13 +13,11 @@ through the descriptor it was checked on, and only before the run's deadline. Ea
 from __future__ import annotations
 
 import os
-import threading
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from a2rl.constants import ENV_MAX_RUN_STORED_BYTES, WS_OUTPUT
+from a2rl.constants import WS_OUTPUT
 from a2rl.errors import A2rlError
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import (
@@ -34,8 +32,6 @@ from a2rl.store.cas import (
 )
 from a2rl.store.safe_tree import CHANGED, LINK, MISSING, NOT_DIR, OpenTree, Refusal, TreeRefusedError
 
-#: Default of `A2RL_MAX_RUN_STORED_BYTES`: new blob bytes all of a run's submissions may store.
-DEFAULT_MAX_RUN_STORED_BYTES = 200 * (1 << 30)
 #: Paths in error messages are cut to this many characters.
 SHOWN_MAX = 200
 
@@ -210,27 +206,6 @@ def snapshot_model(
     except OSError as exc:
         where = exc.filename if isinstance(exc.filename, str) else candidate.rel_path
         raise SubmitRejectedError(400, f"{_short(where)} cannot be read ({exc.strerror or exc})") from None
-
-
-_BUDGETS: weakref.WeakKeyDictionary[object, UploadBudget] = weakref.WeakKeyDictionary()
-_BUDGETS_LOCK = threading.Lock()
-
-
-def run_upload_budget(owner: object) -> UploadBudget | None:
-    """The cap on new blob bytes `owner`'s (a `Recorder`'s) submissions may store, shared by its
-    concurrent submits: `A2RL_MAX_RUN_STORED_BYTES` (default 200 GiB; 0 = no cap). It counts from
-    the recorder's start (deduplicated blobs and code revisions are free)."""
-    with _BUDGETS_LOCK:
-        budget = _BUDGETS.get(owner)
-        if budget is None:
-            raw = os.environ.get(ENV_MAX_RUN_STORED_BYTES, "").strip()
-            try:
-                limit = int(raw) if raw else DEFAULT_MAX_RUN_STORED_BYTES
-            except ValueError:
-                limit = DEFAULT_MAX_RUN_STORED_BYTES
-            budget = UploadBudget(limit if limit > 0 else None)
-            _BUDGETS[owner] = budget
-        return budget
 
 
 def _gib(n: int) -> str:

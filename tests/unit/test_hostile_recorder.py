@@ -17,8 +17,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from a2rl_recorder.config import RecorderConfig
 from a2rl_recorder.snapshots import CodeSnapshotter, CodeWatcher, Debounce
 
+from a2rl.constants import (
+    ENV_HELDOUT_PATH,
+    ENV_MAX_RUN_STORED_BYTES,
+    ENV_RUN_PREFIX,
+    ENV_RUN_TIMEOUT,
+    ENV_TASK,
+    ENV_WORKSPACE,
+)
 from a2rl.store.base import Reader
 from a2rl.store.local import LocalStore
 from tests.support.recorder_support import LAYOUT, make_model, new_recorder, submission_keys
@@ -216,11 +225,8 @@ def test_a_sparse_file_counts_at_its_full_length(tmp_path: Path) -> None:
     assert submission_keys(store) == [] and list(store.list(LAYOUT.blobs)) == []
 
 
-def test_the_run_cap_on_stored_bytes_stops_sparse_amplification(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("A2RL_MAX_RUN_STORED_BYTES", str(3 << 20))
-    recorder, store, dispatcher, ws = new_recorder(tmp_path)
+def test_the_run_cap_on_stored_bytes_stops_sparse_amplification(tmp_path: Path) -> None:
+    recorder, store, dispatcher, ws = new_recorder(tmp_path, max_run_stored_bytes=3 << 20)
     _sparse(make_model(ws / "output" / "v1") / "model.safetensors", 2 << 20)
     assert recorder.submit({"model_path": "output/v1"})[0] == 200
     assert recorder.submit({"model_path": "output/v1"})[0] == 200  # the same bytes again: free
@@ -389,3 +395,10 @@ def test_a_file_living_12_s_in_a_busy_code_dir_is_recorded(tmp_path: Path) -> No
         watcher.poll()
     paths = {f["path"] for k in store.list(LAYOUT.revisions) for f in store.get_json(k)["tree"]["files"]}
     assert "short.py" in paths
+
+
+def test_the_run_cap_on_stored_bytes_is_read_from_the_environment() -> None:
+    env = {ENV_RUN_PREFIX: "local/r-1", ENV_WORKSPACE: "/ws", ENV_TASK: "arith", ENV_RUN_TIMEOUT: "60"}
+    env[ENV_HELDOUT_PATH] = "/heldout"  # local mode
+    assert RecorderConfig.from_env({**env, ENV_MAX_RUN_STORED_BYTES: "123"}).max_run_stored_bytes == 123
+    assert RecorderConfig.from_env(env).max_run_stored_bytes == 200 * (1 << 30)
