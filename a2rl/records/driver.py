@@ -67,7 +67,7 @@ class DriverCallRecord(_Complete):
     #: HTTP status the agent got (the upstream's, or the gateway's own: 401, 403, 404, 502).
     status: int | None = None
     #: Set when the gateway answered itself: `unauthorized`, `budget_exhausted`, `unknown_endpoint`,
-    #: `upstream_unreachable`, `bad_request`.
+    #: `upstream_unreachable`, `bad_request`, `internal` (a fault of the gateway's own).
     refused: str | None = None
     error: str | None = None
     usage: DriverUsage | None = None

@@ -21,6 +21,7 @@ BUDGET_EXHAUSTED = 403
 NOT_FOUND = 404
 BAD_REQUEST = 400
 TOO_LARGE = 413
+INTERNAL = 500
 BAD_GATEWAY = 502
 
 _ANTHROPIC_TYPES = {
@@ -29,6 +30,7 @@ _ANTHROPIC_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     413: "request_too_large",
+    500: "api_error",
     502: "api_error",
 }
 _OPENAI = {  # status → (type, code)
@@ -37,6 +39,7 @@ _OPENAI = {  # status → (type, code)
     403: ("insufficient_quota", "driver_budget_exhausted"),
     404: ("invalid_request_error", "unknown_url"),
     413: ("invalid_request_error", "request_too_large"),
+    500: ("server_error", "internal_error"),
     502: ("server_error", "upstream_unreachable"),
 }
 _GEMINI_STATUS = {
@@ -45,6 +48,7 @@ _GEMINI_STATUS = {
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
     413: "INVALID_ARGUMENT",
+    500: "INTERNAL",
     502: "UNAVAILABLE",
 }
 

@@ -131,8 +131,8 @@ class Gateway:
         self.meter.announce()
 
     def stop(self, drain_timeout_s: float = 30.0) -> bool:
-        """Stop accepting, let calls in flight end (at most `drain_timeout_s`), write the summary.
-        Returns False when calls were still in flight at the deadline."""
+        """Stop accepting, let calls in flight end and their records be written (at most
+        `drain_timeout_s`), write the summary. False when something was still pending then."""
         for srv in self._servers:
             srv.shutdown()
             srv.server_close()
@@ -142,5 +142,5 @@ class Gateway:
                 self._idle.wait(max(0.0, end - time.monotonic()))
             drained = self._busy == 0
         self._servers.clear()
-        self.meter.flush_summary()
-        return drained
+        written = self.meter.close(max(1.0, end - time.monotonic()))
+        return drained and written

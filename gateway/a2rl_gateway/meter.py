@@ -1,15 +1,19 @@
 """`Meter`: the run's driver totals and budget, and the records in the store. Thread-safe.
 
-Every call gets a number when it arrives (`next_index`); when it ends, `finish(record)` adds its
-usage and cost to the totals, decides whether the budget is now exhausted, writes
-`driver/calls/<n>.json` and rewrites `driver/summary.json`. The first time the budget is found
-exhausted, `on_exhausted(reason)` is called (once) and `exhausted` is set.
+Every call gets a number when it arrives (`next_index`). When its answer is complete but before
+the agent has its end, `account(record)` adds its usage and cost to the totals and decides whether
+the budget is now exhausted (`exhausted` is set at once); then `persist` hands the redacted record
+to one writer thread, which writes `driver/calls/<n>.json`, rewrites `driver/summary.json` (in
+call order) and, the first time the budget was found exhausted, calls `on_exhausted(reason)`
+(once). The agent's next call never waits for the store; `close` waits for the writer.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
+import time
 from collections.abc import Callable, Mapping
 
 from a2rl.records.base import write_record
@@ -60,6 +64,8 @@ class Meter:
         self._write_lock = threading.Lock()
         self._next = 0
         self._written_calls = 0
+        self._queue: queue.Queue[tuple[DriverCallRecord, DriverSummary, str | None]] = queue.Queue()
+        self._writer: threading.Thread | None = None
         self.summary = DriverSummary(
             provider=provider,
             base_url=base_url,
@@ -97,7 +103,7 @@ class Meter:
 
     # --- accounting ---------------------------------------------------------------------------
     def finish(self, record: DriverCallRecord) -> None:
-        """Count a finished call (refused ones too) and record it."""
+        """Count a finished call (refused ones too) and record it (`account`, then `persist`)."""
         self.persist(record, *self.account(record))
 
     def account(self, record: DriverCallRecord) -> tuple[DriverSummary, str | None]:
@@ -137,15 +143,37 @@ class Meter:
         return snapshot, newly
 
     def persist(self, record: DriverCallRecord, summary: DriverSummary, newly: str | None) -> None:
-        """Write the call's record and the summary `account` returned; then tell the runner."""
-        self._write(record, summary)
+        """Queue the call's record and the summary `account` returned for the writer thread, which
+        then tells `on_exhausted` (the runner reads a summary that already says so)."""
         if record.refused == "budget_exhausted":
             self.refused.set()
-        if newly is not None and self._on_exhausted is not None:
+        with self._lock:
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._drain, name="a2rl-gateway-writer", daemon=True)
+                self._writer.start()
+        self._queue.put((record, summary, newly))
+
+    def _drain(self) -> None:
+        while True:
+            record, summary, newly = self._queue.get()
             try:
-                self._on_exhausted(newly)
+                self._write(record, summary)
+                if newly is not None and self._on_exhausted is not None:
+                    self._on_exhausted(newly)
             except Exception:
-                log.exception("on_exhausted callback failed")
+                log.exception("recording driver call %d failed", record.index)
+            finally:
+                self._queue.task_done()
+
+    def close(self, timeout_s: float = 30.0) -> bool:
+        """Wait (at most `timeout_s`) until every queued record is written; then write the summary.
+        False when records were still waiting."""
+        end = time.monotonic() + timeout_s
+        while self._queue.unfinished_tasks and time.monotonic() < end:
+            time.sleep(0.01)
+        done = not self._queue.unfinished_tasks
+        self.flush_summary()
+        return done
 
     def snapshot(self) -> DriverSummary:
         with self._lock:

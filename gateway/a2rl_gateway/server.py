@@ -182,6 +182,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._handle()
 
     # --- answers ------------------------------------------------------------------------------
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self._responded = True
+        super().send_response(code, message)
+
     def _send_json(self, status: int, body: Any, headers: Sequence[tuple[str, str]] = ()) -> bytes:
         data = json.dumps(body).encode()
         self.send_response(status)
@@ -241,6 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._t0 = time.monotonic()
         self._pending: tuple[DriverSummary, str | None] | None = None
         self._reencoded = False
+        self._responded = False
         cfg = gw.config
         secrets = gw.secrets
         rec = DriverCallRecord(
@@ -303,6 +308,19 @@ class _Handler(BaseHTTPRequestHandler):
                     self._proxy(gw, rec, endpoint, path=path, query=query, body=body)
                 if sp.is_recording():
                     sp.set_attributes(span_result_attributes(rec))
+        except Exception as exc:
+            log.exception("driver call %d failed in the gateway", rec.index)
+            self.close_connection = True
+            if not self._responded:
+                self._refuse(
+                    rec,
+                    err_protocol,
+                    e.INTERNAL,
+                    f"internal error in a2rl's driver gateway: {exc}",
+                    "internal",
+                )
+            else:
+                rec.error = f"internal error in a2rl's driver gateway: {exc}"
         finally:
             if self._pending is None:
                 self._account(rec)
@@ -311,7 +329,9 @@ class _Handler(BaseHTTPRequestHandler):
             gw.meter.persist(clean, *self._pending)
 
     def _account(self, rec: DriverCallRecord) -> None:
-        """Count the call (before the agent has the end of its answer: see `Meter.account`)."""
+        """Count the call (before the agent has the end of its answer: see `Meter.account`); once."""
+        if self._pending is not None:
+            return
         rec.finished_at = utc_now()
         rec.latency_s = round(time.monotonic() - self._t0, 6)
         self._pending = self.server.gateway.meter.account(rec)

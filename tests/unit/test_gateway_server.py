@@ -656,6 +656,31 @@ def test_a_gzipped_request_is_read_and_forwarded(make_gateway: Any, store: Local
     assert gw.summary().output_tokens == upstream.sent.output > 0
 
 
+def test_a_fault_of_the_gateway_answers_500_in_the_providers_shape(
+    make_gateway: Any, store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import a2rl_gateway.server
+
+    gw, _ = make_gateway("anthropic")
+    path, body = call_spec("anthropic", "messages", False)
+    headers = auth_headers("anthropic", gw.config.token)
+
+    def boom(*args: Any) -> Any:
+        raise RuntimeError("boom")
+
+    with monkeypatch.context() as m:
+        m.setattr(a2rl_gateway.server, "from_json", boom)
+        reply = request(gw.url, "POST", path, body, headers)
+    assert reply.status == 500 and reply.json()["error"] == {
+        "type": "api_error",
+        "message": "internal error in a2rl's driver gateway: boom",
+    }
+    assert request(gw.url, "POST", path, body, headers).status == 200  # it goes on serving
+    assert gw.stop(5)
+    assert load_record(store, LAYOUT.driver_call(1), DriverCallRecord).refused == "internal"
+    assert gw.summary().calls == 2
+
+
 def test_upstream_errors_pass_through_unchanged(make_gateway: Any, store: LocalStore) -> None:
     gw, _ = make_gateway("anthropic")
     body = {"model": "overloaded", "max_tokens": 5, "messages": [], "stream": True}
