@@ -855,6 +855,51 @@ def test_serving_on_a_unix_socket(make_gateway: Any, tmp_path: Path) -> None:
     assert not sock_path.exists()
 
 
+AGENT_CLIENT = r"""
+import http.client, json, os, sys
+port, token, marker = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+body = {"model": "claude-sonnet-4-5", "max_tokens": 10, "stream": True, "messages": []}
+conn.request("POST", "/v1/messages", body=json.dumps(body),
+             headers={"x-api-key": token, "content-type": "application/json"})
+resp = conn.getresponse()
+first = resp.read1(65536)
+open(marker + ".tmp", "w").write(first.decode())
+os.replace(marker + ".tmp", marker)
+rest = resp.read()
+print(json.dumps({"status": resp.status, "body": (first + rest).decode()}))
+"""
+
+
+def test_through_the_sandbox_relay_a_stream_still_arrives_incrementally(
+    make_gateway: Any, tmp_path: Path
+) -> None:
+    """The agent's loopback port, relayed to the gateway's Unix socket as in the local sandbox."""
+    import subprocess
+    import sys
+
+    sock_path = tmp_path / "gw.sock"
+    gw, upstream = make_gateway("anthropic", socket_path=sock_path)
+    upstream.hold = threading.Event()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    marker = tmp_path / "first-chunk"
+    argv = [sys.executable, "-m", "a2rl_runner.sandbox.relay", "--listen", f"{port}={sock_path}", "--"]
+    agent = [sys.executable, "-c", AGENT_CLIENT, str(port), gw.config.token, str(marker)]
+    with subprocess.Popen([*argv, *agent], stdout=subprocess.PIPE, text=True) as proc:
+        assert upstream.hold.wait(20)
+        wait_for(marker.exists, 20)  # the agent holds the first event; the upstream is still holding
+        assert not upstream.finished.is_set() and marker.read_text().startswith("event: message_start")
+        upstream.release.set()
+        out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0
+    answer = json.loads(out)
+    assert answer["status"] == 200 and "message_stop" in answer["body"]
+    wait_for(lambda: gw.summary().calls == 1)
+    assert gw.summary().output_tokens == upstream.sent.output
+
+
 # --- spans ---------------------------------------------------------------------------------------
 def test_one_genai_span_per_call(make_gateway: Any, store: LocalStore) -> None:
     tracing = Tracing(c.COMPONENT_GATEWAY, store=store, run_prefix=PREFIX, new_trace=True, environ={})
