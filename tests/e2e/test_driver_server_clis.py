@@ -293,12 +293,15 @@ class Outcome:
         )
 
 
-def run_stack(stack: str, tmp_path: Path, script: Script) -> tuple[Outcome, Invocation]:
+def run_stack(
+    stack: str, tmp_path: Path, script: Script, **server_options: Any
+) -> tuple[Outcome, Invocation]:
     installed = _install(stack)
     workspace, home = tmp_path / "ws", tmp_path / "home"
     workspace.mkdir()
     home.mkdir()
-    with DriverServer(script, log_path=tmp_path / "requests.jsonl") as server, SubmitStub() as stub:
+    log = tmp_path / "requests.jsonl"
+    with DriverServer(script, log_path=log, **server_options) as server, SubmitStub() as stub:
         inv = invocation(stack, Path(installed.entry), server.url)
         for rel, content in inv.files.items():
             (home / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -379,3 +382,32 @@ def test_codex_waits_for_a_step_longer_than_its_yield_time(tmp_path: Path) -> No
     kinds = [r.kind for r in out.server.model_calls()]
     assert kinds.count("poll") >= 1 and kinds[-1] == "final", kinds
     assert len(out.submissions) == 1, why
+
+
+# The status a driver error must have for each stack to stop at once (one failed call, no retry)
+# and show the error's message in its own output: measured, see docs/agents.md. Claude Code
+# retries a 400 five times with fewer betas, and 409/429/5xx with backoff; Codex reconnects five
+# times on any 4xx but 400 and replaces a 429 `insufficient_quota` message with its own; the
+# others back off on 429 for minutes.
+BUDGET_STATUS = {"claude-code": 402, "codex": 400, "gemini-cli": 400, "opencode": 400, "openhands": 400}
+BUDGET_MESSAGE = "a2rl: DriverBudgetExhausted: the driver token budget of this run is spent"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_stack_stops_on_a_driver_budget_error(stack: str, tmp_path: Path) -> None:
+    """Past the budget every call gets the provider's error: the stack stops after that one call
+    and its own output (its event stream or stderr) carries the message."""
+    out, _ = run_stack(
+        stack,
+        tmp_path,
+        default_script(TRAIN_PY),
+        fail_after=1,
+        fail_status=BUDGET_STATUS[stack],
+        fail_message=BUDGET_MESSAGE,
+    )
+    why = out.explain()
+    assert out.rc != 0, why
+    assert len(out.server.errors_sent()) == 1, why
+    assert BUDGET_MESSAGE in out.stdout + out.stderr, why
+    assert out.submissions == [], why
+    print(f"\n[driver-e2e] {stack}: budget error {BUDGET_STATUS[stack]} -> rc {out.rc} in {out.wall_s:.1f} s")

@@ -1076,6 +1076,7 @@ def _gemini_side(turn: Turn, body: dict[str, Any]) -> Turn:
 _ERROR_TYPES = {  # status: (Anthropic type, OpenAI type, Gemini status)
     400: ("invalid_request_error", "invalid_request_error", "INVALID_ARGUMENT"),
     401: ("authentication_error", "invalid_request_error", "UNAUTHENTICATED"),
+    402: ("billing_error", "insufficient_quota", "RESOURCE_EXHAUSTED"),
     403: ("permission_error", "insufficient_quota", "PERMISSION_DENIED"),
     429: ("rate_limit_error", "insufficient_quota", "RESOURCE_EXHAUSTED"),
 }
