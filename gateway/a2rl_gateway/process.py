@@ -27,6 +27,7 @@ from typing import IO
 
 from a2rl.errors import A2rlError
 from a2rl.launch import kill_group, start_a2rl
+from a2rl.tracing import current_trace_env
 from a2rl_gateway.app import EXHAUSTED_PREFIX, READY_PREFIX, REFUSED_PREFIX
 from a2rl_gateway.config import KEY_SOURCE_STDIN, GatewayConfig
 from a2rl_gateway.protocols import PROVIDER_KEY_ENVS
@@ -39,10 +40,12 @@ def gateway_env(
     config: GatewayConfig, base: Mapping[str, str] | None = None, strip_env: Iterable[str] = ()
 ) -> dict[str, str]:
     """The gateway process's environment: `base` (default: this one) without any provider key
-    variable (nor those named in `strip_env`), plus the configuration."""
+    variable (nor those named in `strip_env`), plus the configuration, plus the trace context of
+    the span current here (`A2RL_TRACEPARENT`: the gateway's spans are its children)."""
     drop = set(PROVIDER_KEY_ENVS) | set(strip_env)
     env = {k: v for k, v in (os.environ if base is None else base).items() if k not in drop}
     env.update(config.to_env())
+    env.update(current_trace_env())
     return env
 
 

@@ -998,6 +998,27 @@ def test_gateway_process_refuses_an_environment_holding_the_key(tmp_path: Path) 
     )
 
 
+def test_gateway_process_environment_carries_the_current_trace_context(store: LocalStore) -> None:
+    from a2rl_gateway import gateway_env
+
+    from a2rl.tracing import installed
+
+    cfg = GatewayConfig(provider="openai", token=new_run_token(), port=0)
+    base = {
+        "PATH": "/bin",
+        c.ENV_TRACEPARENT: "00-" + "1" * 32 + "-" + "2" * 16 + "-01",
+        "OPENAI_API_KEY": "x",
+    }
+    assert gateway_env(cfg, base)[c.ENV_TRACEPARENT] == base[c.ENV_TRACEPARENT]  # no span here: kept
+    assert "OPENAI_API_KEY" not in gateway_env(cfg, base)
+    tracing = Tracing(c.COMPONENT_RUNNER, store=store, run_prefix=PREFIX, new_trace=True, environ={})
+    with installed(tracing), tracing.span("agent") as sp:
+        ctx = sp.get_span_context()
+        env = gateway_env(cfg, base)
+    tracing.shutdown()
+    assert env[c.ENV_TRACEPARENT].startswith(f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-")
+
+
 def test_gateway_serve_without_configuration_is_a_one_line_error(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
