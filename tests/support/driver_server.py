@@ -386,10 +386,21 @@ def declared_tools(protocol: str, body: dict[str, Any]) -> list[ToolDecl]:
                 )
     elif protocol == "gemini":
         for t in tools:
-            for fn in (t or {}).get("functionDeclarations") or []:
-                schema = fn.get("parametersJsonSchema") or _lower_types(fn.get("parameters") or {})
+            # The API takes both spellings: litellm (OpenHands) sends snake_case.
+            for fn in _get(t or {}, "functionDeclarations") or []:
+                schema = _get(fn, "parametersJsonSchema") or _lower_types(fn.get("parameters") or {})
                 out.append(ToolDecl(fn["name"], schema))
     return out
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
+
+
+def _get(obj: dict[str, Any], camel: str) -> Any:
+    """`obj[camel]`, or its snake_case spelling (Gemini's JSON API accepts both)."""
+    value = obj.get(camel)
+    return obj.get(_snake(camel)) if value is None else value
 
 
 def _text_of(content: Any) -> str:
@@ -427,8 +438,9 @@ def tool_results(protocol: str, body: dict[str, Any]) -> list[str]:
     elif protocol == "gemini":
         for c in body.get("contents") or []:
             for p in c.get("parts") or []:
-                if "functionResponse" in p:
-                    out.append(_text_of(p["functionResponse"].get("response")))
+                response = _get(p, "functionResponse")
+                if response is not None:
+                    out.append(_text_of(response.get("response")))
     return out
 
 
@@ -1066,9 +1078,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _gemini_side(turn: Turn, body: dict[str, Any]) -> Turn:
     """A Gemini side call that asks for JSON (`responseMimeType`) gets the smallest JSON that fits."""
-    config = body.get("generationConfig") or {}
-    schema = config.get("responseJsonSchema") or config.get("responseSchema")
-    if config.get("responseMimeType") == "application/json":
+    config = _get(body, "generationConfig") or {}
+    schema = _get(config, "responseJsonSchema") or _get(config, "responseSchema")
+    if _get(config, "responseMimeType") == "application/json":
         return Turn(turn.kind, turn.usage, text=json.dumps(_json_instance(schema or {"type": "object"})))
     return turn
 

@@ -604,3 +604,33 @@ def test_fail_after_answers_with_the_providers_error_and_no_usage(
         assert [r.kind for r in s.records] == ["step", "error", "error", "error", "error"]
         assert [r.tools_declared != [] for r in s.errors_sent()] == [True] * 4
         assert s.usage_total() == Usage(1000, 50, 300)  # errors carry no usage
+
+
+def test_gemini_snake_case_requests_as_litellm_sends_them(server: DriverServer) -> None:
+    """litellm (OpenHands on a gemini driver) posts to `<base>/models/<m>:generateContent` with
+    snake_case fields; the API accepts them, and so does the server."""
+    body: dict[str, Any] = {
+        "contents": [
+            {"role": "user", "parts": [{"text": "train"}]},
+            {"role": "model", "parts": [{"function_call": {"name": "terminal", "args": {}}}]},
+            {
+                "role": "user",
+                "parts": [{"function_response": {"name": "terminal", "response": {"out": "1"}}}],
+            },
+        ],
+        "system_instruction": {"parts": [{"text": "be an agent"}]},
+        "tools": [{"function_declarations": [{"name": "terminal", "parameters": OPENHANDS_TERMINAL}]}],
+        "generationConfig": {"max_output_tokens": 100},
+    }
+    reply = post(f"{server.url}/models/gemini-x:generateContent", body, {"x-goog-api-key": "k"})
+    call = reply["candidates"][0]["content"]["parts"][0]["functionCall"]
+    assert call["name"] == "terminal" and call["args"]["command"] == "echo two"
+    side = {
+        "contents": [{"role": "user", "parts": [{"text": "json please"}]}],
+        "generation_config": {
+            "response_mime_type": "application/json",
+            "response_schema": {"type": "OBJECT", "properties": {"ok": {"type": "BOOLEAN"}}},
+        },
+    }
+    text = post(f"{server.url}/models/gemini-x:generateContent", side)["candidates"][0]["content"]["parts"][0]
+    assert json.loads(text["text"]) == {"ok": False}
