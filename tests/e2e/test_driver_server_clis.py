@@ -145,7 +145,7 @@ def _openhands_usage(stdout: str) -> Usage:
     return Usage(u["prompt_tokens"], u["completion_tokens"], u.get("cache_read_tokens", 0))
 
 
-def invocation(stack: str, entry: Path, url: str) -> Invocation:
+def invocation(stack: str, entry: Path, url: str, provider: str | None = None) -> Invocation:
     """The exact argv and environment of each stack (docs/agents.md, "Driving the stacks offline")."""
     if stack == "claude-code":
         return Invocation(
@@ -216,49 +216,70 @@ def invocation(stack: str, entry: Path, url: str) -> Invocation:
             usage=_gemini_usage,
         )
     if stack == "opencode":
+        # provider: (AI SDK package, base path, model, protocol, key header)
+        npm, base, model, protocol, header = {
+            "openai-compatible": (
+                "@ai-sdk/openai-compatible",
+                "/v1",
+                "scripted",
+                "openai-chat",
+                "authorization",
+            ),
+            "anthropic": ("@ai-sdk/anthropic", "/v1", "claude-sonnet-4-5", "anthropic", "x-api-key"),
+            "openai": ("@ai-sdk/openai", "/v1", "gpt-5", "openai-responses", "authorization"),
+            "gemini": ("@ai-sdk/google", "/v1beta", "gemini-2.5-pro", "gemini", "x-goog-api-key"),
+        }[provider or "openai-compatible"]
         config = {
             "$schema": "https://opencode.ai/config.json",
             "autoupdate": False,
             "share": "disabled",
             "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"},
-            "model": "driver/scripted",
-            "small_model": "driver/scripted",
+            "model": f"driver/{model}",
+            "small_model": f"driver/{model}",
             "provider": {
                 "driver": {
-                    "npm": "@ai-sdk/openai-compatible",  # bundled in the binary: nothing fetched
+                    "npm": npm,  # bundled in the binary: nothing is fetched
                     "name": "driver",
-                    "options": {"baseURL": f"{url}/v1", "apiKey": "{env:DRIVER_API_KEY}"},
-                    "models": {"scripted": {"name": "scripted", "tool_call": True}},
+                    "options": {"baseURL": url + base, "apiKey": "{env:DRIVER_API_KEY}"},
+                    "models": {model: {"name": model, "tool_call": True}},
                 }
             },
         }
         return Invocation(
-            argv=[str(entry), "run", "--format", "json", "--model", "driver/scripted", PROMPT],
+            argv=[str(entry), "run", "--format", "json", "--model", f"driver/{model}", PROMPT],
             env={
                 "OPENCODE_CONFIG_CONTENT": json.dumps(config),
                 "DRIVER_API_KEY": KEY,
                 "OPENCODE_DISABLE_MODELS_FETCH": "1",  # else: an ERROR line (models.dev unreachable)
                 "OPENCODE_DISABLE_AUTOUPDATE": "1",
             },
-            protocol="openai-chat",
+            protocol=protocol,
             stream=True,
-            key_header="authorization",
+            key_header=header,
             usage=_opencode_usage,
         )
     if stack == "openhands":
+        # provider: (litellm model, base path, protocol, key header); litellm picks the
+        # Responses API for gpt-5 and posts Gemini calls to <base>/models/<m>:generateContent.
+        model, base, protocol, header = {
+            "openai-compatible": ("openai/scripted", "/v1", "openai-chat", "authorization"),
+            "anthropic": ("anthropic/claude-sonnet-4-5", "", "anthropic", "x-api-key"),
+            "openai": ("openai/gpt-5", "/v1", "openai-responses", "authorization"),
+            "gemini": ("gemini/gemini-2.5-pro", "", "gemini", "x-goog-api-key"),
+        }[provider or "openai-compatible"]
         return Invocation(
             argv=[str(entry), "-c", OPENHANDS_RUNNER, PROMPT],
             env={
-                "DRIVER_MODEL": "openai/scripted",
-                "DRIVER_BASE_URL": f"{url}/v1",
+                "DRIVER_MODEL": model,
+                "DRIVER_BASE_URL": url + base,
                 "DRIVER_API_KEY": KEY,
                 "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # else: 3 tries to fetch litellm's prices
                 "OPENHANDS_SUPPRESS_BANNER": "1",
                 "PYTHONUNBUFFERED": "1",
             },
-            protocol="openai-chat",
+            protocol=protocol,
             stream=False,
-            key_header="authorization",
+            key_header=header,
             usage=_openhands_usage,
         )
     raise AssertionError(stack)
@@ -294,7 +315,7 @@ class Outcome:
 
 
 def run_stack(
-    stack: str, tmp_path: Path, script: Script, **server_options: Any
+    stack: str, tmp_path: Path, script: Script, provider: str | None = None, **server_options: Any
 ) -> tuple[Outcome, Invocation]:
     installed = _install(stack)
     workspace, home = tmp_path / "ws", tmp_path / "home"
@@ -302,7 +323,7 @@ def run_stack(
     home.mkdir()
     log = tmp_path / "requests.jsonl"
     with DriverServer(script, log_path=log, **server_options) as server, SubmitStub() as stub:
-        inv = invocation(stack, Path(installed.entry), server.url)
+        inv = invocation(stack, Path(installed.entry), server.url, provider)
         for rel, content in inv.files.items():
             (home / rel).parent.mkdir(parents=True, exist_ok=True)
             (home / rel).write_text(content)
@@ -337,9 +358,7 @@ def run_stack(
 STACKS = ("claude-code", "codex", "gemini-cli", "opencode", "openhands")
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_stack_plays_the_default_script(stack: str, tmp_path: Path) -> None:
-    out, inv = run_stack(stack, tmp_path, default_script(TRAIN_PY))
+def check_default_script(label: str, out: Outcome, inv: Invocation) -> None:
     why = out.explain()
     assert out.rc == 0, why
     # The three commands ran: the file was written, the training ran, /submit was hit once.
@@ -363,10 +382,26 @@ def test_stack_plays_the_default_script(stack: str, tmp_path: Path) -> None:
     assert sent == Usage(4 * 1200, 4 * 40, 4 * 200)
     assert inv.usage(out.stdout) == sent, why
     print(
-        f"\n[driver-e2e] {stack} {stack_def(stack).default_version}: wall {out.wall_s:.1f} s; "
+        f"\n[driver-e2e] {label}: wall {out.wall_s:.1f} s; "
         f"{len(server.records)} requests: {sorted(set(server.paths()))}; side calls: "
         f"{sum(1 for r in server.model_calls() if r.kind == 'side')}"
     )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_stack_plays_the_default_script(stack: str, tmp_path: Path) -> None:
+    out, inv = run_stack(stack, tmp_path, default_script(TRAIN_PY))
+    check_default_script(f"{stack} {stack_def(stack).default_version}", out, inv)
+
+
+@pytest.mark.parametrize(
+    ("stack", "provider"),
+    [(s, p) for s in ("opencode", "openhands") for p in ("anthropic", "openai", "gemini")],
+)
+def test_multi_provider_stack_on_each_protocol(stack: str, provider: str, tmp_path: Path) -> None:
+    """OpenCode and OpenHands can be driven through every provider: each protocol, end to end."""
+    out, inv = run_stack(stack, tmp_path, default_script(TRAIN_PY), provider)
+    check_default_script(f"{stack} ({provider})", out, inv)
 
 
 def test_codex_waits_for_a_step_longer_than_its_yield_time(tmp_path: Path) -> None:
