@@ -290,7 +290,19 @@ OPENCODE = StackDef(
         "gemini": "gemini-generate-content",
         "openai-compatible": "openai-chat",
     },
-    argv=lambda c: [c.entry, "run", "--format", "json", "--auto", "--model", f"a2rl/{c.model}", c.prompt],
+    # --dir: OpenCode runs its tools in $PWD (the caller's, not the process's cwd) unless told.
+    argv=lambda c: [
+        c.entry,
+        "run",
+        "--format",
+        "json",
+        "--auto",
+        "--dir",
+        str(c.workspace),
+        "--model",
+        f"a2rl/{c.model}",
+        c.prompt,
+    ],
     env=lambda c: {
         "OPENCODE_CONFIG_CONTENT": json.dumps(opencode_config(c)),
         "OPENCODE_DISABLE_AUTOUPDATE": "true",
