@@ -16,6 +16,7 @@
     <namespace>/<run>-<uid>/traces.jsonl                 all spans of the run, merged (a2rl.tracing)
     <namespace>/<run>-<uid>/driver/calls/<n>.json        driver gateway: call n, request + response (redacted)
     <namespace>/<run>-<uid>/driver/summary.json          driver gateway: running totals, per model, budget
+    <namespace>/<run>-<uid>/agent/trajectory.jsonl       an agent stack's event stream
     baselines/<task>/<model-digest>/<evaluator-version>.json   baseline cache shared by all runs (cluster)
     baselines/<task>/<model-digest>/<evaluator-version>-data-<held-out digest>-signer-<key>.json  (local)
     models/<name>/manifest.json, models/blobs/<sha256>   base models pushed for `store:<name>`
@@ -116,6 +117,11 @@ class RunLayout:
 
     def driver_call(self, index: int) -> str:
         return f"{self.driver_calls}/{_n(index)}.json"
+
+    @property
+    def agent_trajectory(self) -> str:
+        """The agent stack's own event stream (its JSON lines: stream-json, `--json`, …)."""
+        return f"{self.prefix}/agent/trajectory.jsonl"
 
     @property
     def driver_summary(self) -> str:

@@ -22,6 +22,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from a2rl_gateway.config import new_run_token
+from a2rl_gateway.process import GatewayProcess
 from a2rl_grader.report import write_report
 from a2rl_tasks import TASKS, get_task
 from a2rl_tasks.staging import stage_cached
@@ -43,7 +45,8 @@ from a2rl.errors import A2rlError
 from a2rl.integrity import new_key
 from a2rl.launch import run_a2rl
 from a2rl.models.resolve import resolve_base_model
-from a2rl.records.base import load_record, write_record
+from a2rl.records.base import load_record, read_record, write_record
+from a2rl.records.driver import DriverSummary
 from a2rl.records.report import ReportRecord
 from a2rl.records.result import ResultRecord, checked_result, seal_result, tampered_line
 from a2rl.records.run import run_record
@@ -62,10 +65,20 @@ from a2rl.workspace import (
     sanitize_model_name,
     update_run_meta,
 )
+from a2rl_runner.agent_stack import driver_key, stack_command, start_gateway, trajectory_bytes
 from a2rl_runner.printing import fmt_score, progress_line, summarize, summary_lines
+from a2rl_runner.sandbox.policy import AGENT_HOME
 from a2rl_runner.sandbox.setup import Bubblewrap, RunSandbox, check_bubblewrap
 from a2rl_runner.services import RecorderProcess, free_port, last_line
-from a2rl_runner.supervisor import FAILED, AgentLaunch, AgentOutcome, AgentSupervisor
+from a2rl_runner.stacks.install import InstalledStack, ensure_stack
+from a2rl_runner.supervisor import (
+    DRIVER_BUDGET_EXHAUSTED,
+    FAILED,
+    AgentLaunch,
+    AgentOutcome,
+    AgentSupervisor,
+    EndReason,
+)
 
 PROGRESS_EVERY_S = 10.0
 #: The recorder bounds its own drain of in-flight evaluations (A2RL_RECORDER_DRAIN_TIMEOUT, default
@@ -73,7 +86,7 @@ PROGRESS_EVERY_S = 10.0
 RECORDER_DRAIN_DEFAULT_S = 1800.0
 RECORDER_STOP_MARGIN_S = 120.0
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-LOG_COMPONENTS = ("baseline", "recorder", "agent")
+LOG_COMPONENTS = ("baseline", "recorder", "agent", "gateway")
 #: run.json's `sandbox` when the agent ran unisolated.
 NO_SANDBOX = "none"
 NO_SANDBOX_WARNING = (
@@ -123,6 +136,11 @@ class _Prepared:
     run_key: bytes | None = field(default=None, repr=False)
     #: The local sandbox's bubblewrap; None with `--no-sandbox`.
     bwrap: Bubblewrap | None = None
+    #: The agent stack (`spec.agent.stack`), installed; None for a `command` agent.
+    stack: InstalledStack | None = None
+    #: The variable and value of the driver's upstream key (for the gateway's stdin only).
+    driver_key_env: str | None = None
+    driver_key: str | None = field(default=None, repr=False)
     baseline: ResultRecord | None = None
     workspace: Workspace | None = None
 
@@ -221,7 +239,17 @@ def prepare(
     run_name = check_run_name(name or run.metadata.name)
     bwrap = check_bubblewrap() if sandbox else None
     task = get_task(spec.task, envs.eval_environ(spec))  # its evaluator version names the judge
-    argv = envs.resolve_agent_argv(list(spec.agent.command), list(spec.agent.args))
+    stack: InstalledStack | None = None
+    key_env = key = None
+    if spec.agent.stack is not None:
+        key_env, key = driver_key(spec)
+        with span("install_stack"):
+            stack = ensure_stack(
+                spec.agent.stack, spec.agent.stack_version, progress=lambda s: say(f"[a2rl] {s}")
+            )
+        argv = [str(stack.entry)]
+    else:
+        argv = envs.resolve_agent_argv(list(spec.agent.command), list(spec.agent.args))
     store = open_writable_store(store_uri or spec.store.uri)
     say(f"[a2rl] resolving base model {spec.base_model.source}")
     with span("resolve_base_model"):
@@ -245,6 +273,9 @@ def prepare(
         logs_dir=paths.home() / "logs" / f"{run_name}-{uid}",
         run_key=new_key(),
         bwrap=bwrap,
+        stack=stack,
+        driver_key_env=key_env,
+        driver_key=key,
     )
     _write_run_json(prep)
     say(f"[a2rl] run {layout.prefix} in {store.uri}")
@@ -333,7 +364,23 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
     cwd = envs.agent_cwd(spec, ws)
     env = envs.agent_env(spec, ws, grading_url)
     argv = prep.argv
-    sandbox = _sandbox(prep, port, cwd) if prep.bwrap is not None else None
+    gateway_port = free_port() if prep.stack is not None else None
+    sandbox = _sandbox(prep, port, cwd, gateway_port) if prep.bwrap is not None else None
+    token = new_run_token()
+    if prep.stack is not None:
+        assert gateway_port is not None
+        home = sandbox.home if sandbox is not None else _scratch(ws) / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        argv, env = stack_command(
+            spec,
+            prep.stack,
+            workspace=ws.root,
+            agent_env=env,
+            gateway_url=f"http://127.0.0.1:{gateway_port}",  # relayed inside the sandbox
+            token=token,
+            home_dir=home,
+            home_inside=AGENT_HOME if sandbox is not None else str(home),
+        )
     if sandbox is not None:
         argv, env = sandbox.wrap(argv), sandbox.agent_env(env)
         say(f"[a2rl] sandbox: {prep.sandbox_label} (only the workspace and the grading API are visible)")
@@ -368,7 +415,15 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         console_prefix="agent | " if progress else None,
         sandboxed=sandbox is not None,
     )
-    supervisor = AgentSupervisor(launch, protected=lambda: [p for p in (recorder.pid,) if p is not None])
+    gateway: GatewayProcess | None = None
+    supervisor = AgentSupervisor(
+        launch,
+        protected=lambda: [p for p in (recorder.pid, gateway.pid if gateway else None) if p is not None],
+    )
+
+    def driver_budget_spent() -> EndReason | None:
+        return DRIVER_BUDGET_EXHAUSTED if gateway is not None and gateway.exhausted.is_set() else None
+
     error: A2rlError | None = None
     outcome: AgentOutcome | None = None
     try:
@@ -376,7 +431,9 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
             say(f"[a2rl] starting the grading server on {grading_url}")
             with span("recorder_start"):
                 recorder.start()
-            say(f"[a2rl] starting the agent: {' '.join(prep.argv)} (budget {budget} s)")
+            if prep.stack is not None:
+                gateway = _start_gateway(prep, token, sandbox, gateway_port, say)
+            say(f"[a2rl] starting the agent: {_agent_label(prep)} (budget {budget} s)")
             remaining = max(start + budget - time.time(), 0.0)
             with span("agent") as agent_span:
                 outcome = supervisor.run(
@@ -384,6 +441,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
                     spec.budget.grace_seconds,
                     on_tick=_ticker(recorder, start, budget, say),
                     tick_s=PROGRESS_EVERY_S,
+                    stop_when=driver_budget_spent,
                 )
                 agent_span.set_attribute("a2rl.agent.end_reason", outcome.end_reason)
         except A2rlError as exc:
@@ -401,12 +459,16 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         else:
             say(f"[a2rl] agent ended: {outcome.end_reason} (exit code {outcome.exit_code})")
         ended = time.time()
+        if gateway is not None:
+            gateway.stop()
         with span("recorder_stop"):
             _stop_recorder(recorder, say)
     finally:
         # Whatever went wrong above, no process of this run outlives it.
         supervisor.stop(0)
         recorder.kill()
+        if gateway is not None:
+            gateway.kill()
         if sandbox is not None:
             sandbox.cleanup()
     update_run_meta(ws.root, end_time=ended)
@@ -419,6 +481,8 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
     )
     with span("logs_upload"):
         _upload_logs(prep)
+        if prep.stack is not None:  # the stack's event stream is the run's trajectory
+            prep.store.put_bytes(prep.layout.agent_trajectory, trajectory_bytes(prep.logs_dir / "agent.log"))
     report, report_uri = _report(prep, say)
     scores = _final_scores(prep)
     for line in summary_lines(
@@ -432,6 +496,8 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         store_uri=prep.store.uri,
     ):
         say(line)
+    if prep.stack is not None:
+        say(_driver_line(prep))
     if error is not None:
         raise error
     return RunOutcome(
@@ -450,8 +516,58 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
     )
 
 
-def _sandbox(prep: _Prepared, port: int, cwd: Path) -> RunSandbox:
-    """The run's sandbox: the workspace (base model and data read-only) and the grading API."""
+def _scratch(ws: Workspace) -> Path:
+    """The run's scratch directory next to its workspace (the agent's /tmp and home)."""
+    return ws.root.with_name(f"{ws.root.name}.scratch")
+
+
+def _agent_label(prep: _Prepared) -> str:
+    if prep.stack is None:
+        return " ".join(prep.argv)
+    driver = prep.run.spec.driver
+    assert driver is not None
+    return (
+        f"{prep.stack.stack} {prep.stack.version} driven by {driver.provider} {driver.model} "
+        "through the run's gateway"
+    )
+
+
+def _start_gateway(
+    prep: _Prepared, token: str, sandbox: RunSandbox | None, port: int | None, say: Callable[[str], None]
+) -> GatewayProcess:
+    """The driver gateway: on the sandbox's relayed socket, or on 127.0.0.1:`port` without it."""
+    assert prep.driver_key_env is not None
+    gateway = start_gateway(
+        prep.run.spec,
+        token=token,
+        key_env=prep.driver_key_env,
+        key=prep.driver_key,
+        store_uri=prep.store.uri,
+        run_prefix=prep.layout.prefix,
+        socket_path=sandbox.gateway_socket if sandbox is not None else None,
+        port=None if sandbox is not None else port,
+        log_path=prep.logs_dir / "gateway.log",
+        on_exhausted=lambda reason: say(f"[a2rl] driver budget exhausted ({reason}): stopping the agent"),
+    )
+    driver = prep.run.spec.driver
+    assert driver is not None
+    say(f"[a2rl] driver gateway up: {driver.provider} {driver.model} (the agent holds a per-run token)")
+    return gateway
+
+
+def _driver_line(prep: _Prepared) -> str:
+    summary = read_record(prep.store, prep.layout.driver_summary, DriverSummary)
+    if summary is None:
+        return "driver      no calls recorded"
+    return (
+        f"driver      {summary.calls} calls, {summary.input_tokens} in / {summary.output_tokens} out / "
+        f"{summary.cached_tokens} cached tokens, ${summary.cost_usd:.4f}"
+    )
+
+
+def _sandbox(prep: _Prepared, port: int, cwd: Path, gateway_port: int | None = None) -> RunSandbox:
+    """The run's sandbox: the workspace (base model and data read-only), the grading API, and for
+    an agent stack its install and the driver gateway."""
     assert prep.bwrap is not None and prep.workspace is not None
     ws = prep.workspace
     store_root = [prep.store.root] if isinstance(prep.store, LocalStore) else []
@@ -462,7 +578,9 @@ def _sandbox(prep: _Prepared, port: int, cwd: Path) -> RunSandbox:
         agent_argv=prep.argv,
         cwd=cwd,
         api_port=port,
-        scratch=ws.root.with_name(f"{ws.root.name}.scratch"),
+        gateway_port=gateway_port,
+        extra_toolchain=prep.stack.read_only if prep.stack is not None else (),
+        scratch=_scratch(ws),
         private=[paths.home(), paths.cache_dir(), Path.home(), prep.heldout_dir, prep.logs_dir, *store_root],
     )
 

@@ -35,10 +35,14 @@ from typing import IO, Literal
 from a2rl.constants import ENV_AGENT_SESSION
 from a2rl_runner import procs
 
-EndReason = Literal["completed", "deadline_exceeded", "failed"]
+EndReason = Literal["completed", "deadline_exceeded", "failed", "driver_budget_exhausted"]
 COMPLETED: EndReason = "completed"
 DEADLINE_EXCEEDED: EndReason = "deadline_exceeded"
 FAILED: EndReason = "failed"
+#: Local spelling of the cluster's `DriverBudgetExhausted`: the driver gateway refused further calls.
+DRIVER_BUDGET_EXHAUSTED: EndReason = "driver_budget_exhausted"
+#: How often `run` asks `stop_when` whether to end the agent early.
+_STOP_POLL_S = 0.5
 
 #: Exit code reported when the agent command could not be started at all (as a shell would).
 EXEC_FAILED = 127
@@ -157,24 +161,35 @@ class AgentSupervisor:
         *,
         on_tick: Callable[[float, float], None] | None = None,
         tick_s: float = 10.0,
+        stop_when: Callable[[], EndReason | None] | None = None,
     ) -> AgentOutcome:
         """Start (unless started), wait for exit or the deadline, clean up. Ctrl-C stops the agent
-        and returns an interrupted outcome; `on_tick(elapsed, remaining)` runs every `tick_s`."""
+        and returns an interrupted outcome; `on_tick(elapsed, remaining)` runs every `tick_s`;
+        `stop_when()` (polled twice a second) returning an end reason stops the agent early."""
         if self._proc is None and self._exec_error is None:
             self.start()
         deadline = self._started_at + budget_s
         deadline_hit = False
+        early: EndReason | None = None
+        next_tick = self._started_at + tick_s
         try:
             while True:
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                remaining = deadline - now
                 if remaining <= 0:
                     deadline_hit = True
                     break
-                code = self.wait(min(tick_s, remaining))
+                wait = min(next_tick - now, remaining)
+                if stop_when is not None:
+                    wait = min(wait, _STOP_POLL_S)
+                code = self.wait(max(wait, 0.0))
                 if code is not None:
                     break
-                if on_tick is not None:
-                    now = time.monotonic()
+                if stop_when is not None and (early := stop_when()) is not None:
+                    break
+                now = time.monotonic()
+                if on_tick is not None and now >= next_tick:
+                    next_tick = now + tick_s
                     on_tick(now - self._started_at, max(deadline - now, 0.0))
         except KeyboardInterrupt:
             leftovers = self.stop(grace_s)
@@ -191,7 +206,7 @@ class AgentSupervisor:
         code = self.poll()
         return AgentOutcome(
             exit_code=code,
-            end_reason=end_reason_for(code, deadline_hit=deadline_hit),
+            end_reason=early or end_reason_for(code, deadline_hit=deadline_hit),
             duration_s=duration,
             leftovers=leftovers,
         )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from a2rl_runner import procs
-from a2rl_runner.supervisor import AgentLaunch, AgentSupervisor
+from a2rl_runner.supervisor import DRIVER_BUDGET_EXHAUSTED, AgentLaunch, AgentSupervisor
 
 from a2rl.constants import ENV_AGENT_SESSION
 
@@ -95,6 +95,26 @@ def test_deadline_sends_sigterm_first(tmp_path: Path) -> None:
     assert out.exit_code == 3
     assert time.monotonic() - t0 < 6  # did not need the whole grace period
     assert "got-term" in launch.log_path.read_text()
+
+
+def test_stop_when_ends_the_agent_early_with_its_reason(tmp_path: Path) -> None:
+    # The driver gateway's budget is spent: the agent is stopped (SIGTERM first), whatever its clock.
+    script = "trap 'echo got-term; exit 4' TERM; while true; do sleep 0.1; done"
+    launch = _launch(tmp_path, script)
+    t0 = time.monotonic()
+    spent_at = t0 + 1.0
+    ticks: list[float] = []
+    out = AgentSupervisor(launch).run(
+        budget_s=60,
+        grace_s=10,
+        on_tick=lambda elapsed, remaining: ticks.append(elapsed),
+        tick_s=0.3,
+        stop_when=lambda: DRIVER_BUDGET_EXHAUSTED if time.monotonic() >= spent_at else None,
+    )
+    assert out.end_reason == DRIVER_BUDGET_EXHAUSTED == "driver_budget_exhausted"
+    assert out.exit_code == 4 and "got-term" in launch.log_path.read_text()
+    assert time.monotonic() - t0 < 6
+    assert 2 <= len(ticks) <= 5  # progress ticks keep their own pace while stop_when is polled
 
 
 def test_every_agent_process_gets_sigterm_exactly_once(tmp_path: Path) -> None:

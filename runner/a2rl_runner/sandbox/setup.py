@@ -40,6 +40,7 @@ PROBE_FLAGS = (
     "--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
 )  # fmt: skip
 API_SOCKET = "api.sock"
+GATEWAY_SOCKET = "gateway.sock"
 
 
 class SandboxUnavailableError(A2rlError):
@@ -125,6 +126,16 @@ class RunSandbox:
     def api_socket(self) -> Path:
         return self.policy.socket_dir / API_SOCKET
 
+    @property
+    def gateway_socket(self) -> Path:
+        """Where the run's driver gateway listens (relayed when `create` got a gateway port)."""
+        return self.policy.socket_dir / GATEWAY_SOCKET
+
+    @property
+    def home(self) -> Path:
+        """The host directory that is the agent's HOME inside."""
+        return self.policy.scratch / "home"
+
     @classmethod
     def create(
         cls,
@@ -138,9 +149,11 @@ class RunSandbox:
         scratch: Path,
         private: Sequence[Path],
         extra_toolchain: Sequence[Path] = (),
+        gateway_port: int | None = None,
     ) -> RunSandbox:
         """Build the policy; raises `A2rlError` when the toolchain would expose `private` paths
-        (the store, the caches, held-out data, the user's home)."""
+        (the store, the caches, held-out data, the user's home). `gateway_port`: also relay that
+        loopback port to the driver gateway's socket (`gateway_socket`)."""
         toolchain = (*python_toolchain(), *named_files(agent_argv, cwd), *extra_toolchain)
         if clashes := exposed_private(toolchain, private):
             tool, secret = clashes[0]
@@ -157,7 +170,8 @@ class RunSandbox:
             read_only_in_workspace=tuple(p for p in read_only if p.exists()),
             toolchain=tuple(toolchain),
             socket_dir=socket_dir,
-            relays=(Relay(port=api_port, socket_name=API_SOCKET),),
+            relays=(Relay(port=api_port, socket_name=API_SOCKET),)
+            + ((Relay(port=gateway_port, socket_name=GATEWAY_SOCKET),) if gateway_port is not None else ()),
             scratch=scratch,
             cwd=cwd,
             devices=gpu_devices(),
