@@ -10,7 +10,7 @@ that talk to a model over HTTP. In the tests the "model" is this server: it spea
 - **OpenAI Responses**: `POST /v1/responses` (JSON, or SSE: `response.created`, …,
   `response.completed` with usage);
 - **Gemini**: `POST /v1beta/models/<m>:generateContent` and `:streamGenerateContent?alt=sse`,
-  plus `:countTokens`;
+  plus `:countTokens` (camelCase or snake_case fields; litellm posts to `/models/<m>:…`);
 - the side endpoints the stacks call: model listings (`GET /v1/models`, `GET /v1beta/models`),
   answered minimally.
 
@@ -27,6 +27,13 @@ once every step has its result, the final text (the turn ends). That is stateles
 parallel side calls and a stack's own bookkeeping requests cannot push the script forward. A
 request that declares no shell tool (titles, summaries, a "who speaks next" check) is a *side
 call*: it gets `side_text`, or for a Gemini JSON-schema request the smallest JSON that fits.
+A tool result saying the command still runs (Codex: `Process running with session ID N`;
+OpenHands: `[The command has no new output after …]`) is waited on with the stack's own tool
+(`write_stdin`, an empty `terminal` command) before the next step is played.
+
+**Errors.** `DriverServer(fail_after=N, fail_status=S, fail_message=M)` answers every model call
+after N answers with S and M in the provider's own error shape, and no usage: what a gateway
+past its budget does (docs/agents.md says which status makes each stack stop at once).
 
 **Usage and the log.** Every model response carries usage (`input`, `output`, `cached`) from the
 script, rendered in the protocol's own fields:
