@@ -331,7 +331,9 @@ def run_stack(
             [*(str(p) for p in installed.path_dirs), os.environ.get("PATH", "/usr/bin:/bin")]
         )
         # Nothing of the caller's environment but PATH: no real provider key can leak in.
-        env = {"PATH": path, "HOME": str(home), "LANG": "C.UTF-8", "GRADING_SERVER_URL": stub.url, **inv.env}
+        # PWD too: OpenCode works in $PWD when it is set, whatever the process's cwd.
+        env = {"PATH": path, "HOME": str(home), "PWD": str(workspace), "LANG": "C.UTF-8"}
+        env |= {"GRADING_SERVER_URL": stub.url, **inv.env}
         start = time.monotonic()
         try:
             proc = subprocess.run(
