@@ -518,3 +518,14 @@ def home_files(
         install_dir=None,
     )
     return sdef.files(call)
+
+
+def stack_env_names(stack: str) -> frozenset[str]:
+    """Every variable a2rl sets for `stack` (with any provider it can use), plus the provider key
+    variables: `spec.agent.env` of a stack run may set none of them."""
+    sdef = stack_def(stack)
+    names: set[str] = set(UPSTREAM_KEY_ENV)
+    for provider in sdef.providers:
+        call = Call("", "m", provider, "http://127.0.0.1", "t", Path("/"), sdef.entry)
+        names.update(sdef.env(call))
+    return frozenset(names)

@@ -39,6 +39,7 @@ from a2rl.stacks import (
     StackName,
     default_api_key_env,
     provider_problem,
+    stack_env_names,
     version_problem,
 )
 
@@ -130,6 +131,9 @@ _COMMAND_OR_STACK_RULE = (
 )
 _ARGS_RULE = "!has(self.stack) || !has(self.args) || size(self.args) == 0"
 _MODE_RULE = "has(self.stack) || !has(self.mode) || self.mode == 'free'"
+#: What `spec.agent.env` of a stack run may not set (any stack's variables, the provider keys).
+_STACK_ENV = sorted(set().union(*(stack_env_names(s) for s in STACK_NAMES)))
+_STACK_ENV_RULE = f"!has(self.stack) || !has(self.env) || self.env.all(e, !(e.name in {_quoted(_STACK_ENV)}))"
 _STACK_VERSION_RULE = (
     "!has(self.stackVersion) || (has(self.stack) && ("
     + " || ".join(
@@ -152,6 +156,12 @@ class AgentSpec(ApiModel):
                 ),
                 cel(_ARGS_RULE, "args apply to command only; a stack's command line is a2rl's"),
                 cel(_MODE_RULE, "mode applies to a stack only"),
+                cel(
+                    _STACK_ENV_RULE,
+                    "env of a stack must not set the variables a2rl sets for it nor provider API keys "
+                    "(the agent gets the run's gateway and token, never a key)",
+                    ".env",
+                ),
                 cel(
                     _STACK_VERSION_RULE,
                     "stackVersion must be a version a2rl tests for the stack: "
@@ -264,6 +274,15 @@ class AgentSpec(ApiModel):
             raise rule_error(f"set command (the program to run) or stack (one of {_STACK_LIST})", "command")
         if self.stack is not None and self.args:
             raise rule_error("args apply to command only; a stack's command line is a2rl's", "args")
+        if self.stack is not None:
+            taken = stack_env_names(self.stack)
+            for i, var in enumerate(self.env):
+                if var.name in taken:
+                    raise rule_error(
+                        f"{var.name} is set by a2rl for the {self.stack} stack (its gateway and token; "
+                        "the agent never gets a provider key)",
+                        f"env[{i}].name",
+                    )
         if self.stack is None and self.mode != "free":
             raise rule_error(f"mode {self.mode} applies to a stack only (set stack, or drop mode)", "mode")
         if self.stack_version is not None:

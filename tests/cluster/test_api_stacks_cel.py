@@ -88,6 +88,11 @@ def test_every_example_is_accepted_with_the_models_defaults(
         ),
         (_run({"command": ["x"]}, None, driverTokens=5), "spec.budget", "need spec.driver"),
         (_run({"stack": "kodex"}), "spec.agent.stack", "Unsupported value"),
+        (
+            _run({"stack": "claude-code", "env": [{"name": "ANTHROPIC_API_KEY", "value": "sk-real"}]}),
+            "spec.agent.env",
+            "nor provider API keys",
+        ),
     ],
 )
 def test_the_api_server_refuses_what_a2rl_validate_refuses(

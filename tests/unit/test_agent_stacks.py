@@ -308,6 +308,21 @@ ANTHROPIC = {"provider": "anthropic", "model": "claude-sonnet-4-5"}
         ),
         ({"command": ["x"]}, None, {"driverTokens": 10}, "spec.budget.driverTokens: needs spec.driver"),
         (
+            {
+                "stack": "claude-code",
+                "env": [{"name": "X", "value": "1"}, {"name": "ANTHROPIC_BASE_URL", "value": "u"}],
+            },
+            ANTHROPIC,
+            {},
+            "spec.agent.env[1].name: ANTHROPIC_BASE_URL is set by a2rl for the claude-code stack",
+        ),
+        (
+            {"stack": "codex", "env": [{"name": "OPENAI_API_KEY", "value": "sk-real"}]},
+            {"provider": "openai", "model": "m"},
+            {},
+            "spec.agent.env[0].name: OPENAI_API_KEY is set by a2rl for the codex stack",
+        ),
+        (
             {"stack": "codex"},
             {"provider": "openai", "model": "m"},
             {"driverCostUSD": 0},
