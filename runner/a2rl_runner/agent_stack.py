@@ -5,8 +5,9 @@ it goes to the gateway's stdin only. `start_gateway` starts the run's driver gat
 (`a2rl_gateway`) on the sandbox's gateway socket (or on a loopback port without the sandbox).
 `stack_command` builds the stack's argv and environment for the run's prompt: the provider key
 variables removed, the per-run token added, the stack's start-up files written into the agent's
-own HOME, and the Python environment that runs a2rl first on PATH (the stack's shell commands
-run `python`). `trajectory_bytes` keeps the stack's event stream (its JSON lines) for the store.
+own HOME, and the Python environment that runs a2rl first on PATH — also for login shells,
+through the agent's `.bash_profile`/`.profile` (the stack's shell commands run `python`).
+`trajectory_bytes` keeps the stack's event stream (its JSON lines) for the store.
 """
 
 from __future__ import annotations
@@ -127,12 +128,17 @@ def stack_command(
         )
     except ValueError as exc:  # the prompt too long for an argv, a provider the stack cannot use
         raise A2rlError(f"spec.agent.stack {spec.agent.stack}: {exc}") from None
+    # The Python environment first: a stack's node may live in /usr/bin, next to another python3.
+    front = [str(Path(sys.executable).parent)] + [str(p) for p in installed.path_dirs]
+    # Stacks that run commands in a login shell (`bash -lc`) get PATH reset by /etc/profile:
+    # the agent's own profile puts the toolchain first again.
+    profile = f'export PATH="{os.pathsep.join(front)}:$PATH"\n'
+    files = {".bash_profile": profile, ".profile": profile, **files}
     for rel, content in files.items():
         path = home_dir / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content)
     env = {k: v for k, v in agent_env.items() if k not in UPSTREAM_KEY_ENV}
-    front = [str(p) for p in installed.path_dirs] + [str(Path(sys.executable).parent)]
     env["PATH"] = os.pathsep.join([*front, env.get("PATH", os.defpath)])
     env["HOME"] = home_inside
     env.update(extra)

@@ -17,7 +17,7 @@ import pytest
 from a2rl_runner.run import run_benchrun
 
 from a2rl.api.benchrun import BenchRun
-from a2rl.stacks import stack_def
+from a2rl.stacks import STACK_NAMES, stack_def
 from tests.support.driver_server import SUBMIT_COMMAND, DriverServer, Script, write_file_command
 
 pytestmark = pytest.mark.slow
@@ -70,7 +70,7 @@ def _benchrun(stack: str, driver_url: str) -> BenchRun:
     return BenchRun.model_validate({"metadata": {"name": f"stack-{stack}"}, "spec": spec})
 
 
-@pytest.mark.parametrize("stack", ["claude-code"])
+@pytest.mark.parametrize("stack", STACK_NAMES)
 def test_a_stack_trains_and_submits_through_the_gateway(
     stack: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
