@@ -422,7 +422,9 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
     )
 
     def driver_budget_spent() -> EndReason | None:
-        return DRIVER_BUDGET_EXHAUSTED if gateway is not None and gateway.exhausted.is_set() else None
+        # Once a call was refused (the agent has seen the budget error), not at the mere
+        # exhaustion: an agent may go on training without its LLM.
+        return DRIVER_BUDGET_EXHAUSTED if gateway is not None and gateway.refused.is_set() else None
 
     error: A2rlError | None = None
     outcome: AgentOutcome | None = None
@@ -547,7 +549,10 @@ def _start_gateway(
         socket_path=sandbox.gateway_socket if sandbox is not None else None,
         port=None if sandbox is not None else port,
         log_path=prep.logs_dir / "gateway.log",
-        on_exhausted=lambda reason: say(f"[a2rl] driver budget exhausted ({reason}): stopping the agent"),
+        on_exhausted=lambda reason: say(
+            f"[a2rl] driver budget exhausted ({reason}): further calls are refused, "
+            "and the agent is stopped at the first"
+        ),
     )
     driver = prep.run.spec.driver
     assert driver is not None

@@ -165,7 +165,8 @@ class AgentSupervisor:
     ) -> AgentOutcome:
         """Start (unless started), wait for exit or the deadline, clean up. Ctrl-C stops the agent
         and returns an interrupted outcome; `on_tick(elapsed, remaining)` runs every `tick_s`;
-        `stop_when()` (polled twice a second) returning an end reason stops the agent early."""
+        `stop_when()` (polled twice a second) returning an end reason stops the agent early; when
+        the agent exits on its own and `stop_when()` has a reason, that is the end reason."""
         if self._proc is None and self._exec_error is None:
             self.start()
         deadline = self._started_at + budget_s
@@ -183,7 +184,8 @@ class AgentSupervisor:
                 if stop_when is not None:
                     wait = min(wait, _STOP_POLL_S)
                 code = self.wait(max(wait, 0.0))
-                if code is not None:
+                if code is not None:  # its own exit; the reason may still be stop_when's
+                    early = stop_when() if stop_when is not None else None
                     break
                 if stop_when is not None and (early := stop_when()) is not None:
                     break

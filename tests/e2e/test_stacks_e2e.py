@@ -56,7 +56,7 @@ def _script() -> Script:
     )
 
 
-def _benchrun(stack: str, driver_url: str) -> BenchRun:
+def _benchrun(stack: str, driver_url: str, **budget: int) -> BenchRun:
     provider = stack_def(stack).providers[0]
     base_url = driver_url + ("/v1" if provider.startswith("openai") else "")
     spec = {
@@ -64,7 +64,7 @@ def _benchrun(stack: str, driver_url: str) -> BenchRun:
         "baseModel": {"name": "tiny", "source": "builtin:tiny"},
         "agent": {"stack": stack},
         "driver": {"provider": provider, "model": "scripted-1", "baseUrl": base_url, "apiKeyEnv": KEY_ENV},
-        "budget": {"wallTimeSeconds": 420, "graceSeconds": 5},
+        "budget": {"wallTimeSeconds": 420, "graceSeconds": 5, **budget},
         "evaluation": {"backend": "transformers", "limit": 100},
     }
     return BenchRun.model_validate({"metadata": {"name": f"stack-{stack}"}, "spec": spec})
@@ -107,3 +107,22 @@ def test_a_stack_trains_and_submits_through_the_gateway(
     for obj in store.rglob("*"):
         if obj.is_file():
             assert UPSTREAM_KEY.encode() not in obj.read_bytes(), obj
+
+
+def test_a_spent_driver_budget_ends_the_run_after_the_agent_saw_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(KEY_ENV, UPSTREAM_KEY)
+    store = tmp_path / "store"
+    with DriverServer(_script(), api_key=UPSTREAM_KEY) as driver:
+        run = _benchrun("claude-code", driver.url, driverTokens=1000)  # spent by the first call
+        outcome = run_benchrun(run, store_uri=str(store), progress=True)
+        calls_upstream = len(driver.model_calls())
+    out = capsys.readouterr().out
+    assert outcome.end_reason == "driver_budget_exhausted", out[-3000:]
+    assert calls_upstream == 1  # the refused calls never reached the upstream
+    run_dir = store / outcome.prefix
+    assert "driver budget" in (run_dir / "logs" / "agent.log").read_text()  # the stack saw the error
+    summary = json.loads((run_dir / "driver" / "summary.json").read_text())
+    assert summary["budget"]["exhausted"] is True and summary["budget"]["refused_calls"] >= 1
+    assert json.loads((run_dir / "run.json").read_text())["end_reason"] == "driver_budget_exhausted"
