@@ -12,14 +12,10 @@ is metered. Every request ends in `Meter.finish` (record + summary) inside one G
 from __future__ import annotations
 
 import contextlib
-import errno
 import gzip
 import json
 import logging
-import os
 import socket
-import socketserver
-import stat
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from a2rl.records.driver import DriverCallRecord, DriverSummary
 from a2rl.records.times import utc_now
+from a2rl.unix_server import PrivateUnixServer
 from a2rl_gateway import errors as e
 from a2rl_gateway import protocols as p
 from a2rl_gateway.redact import redact_headers, redact_query, redact_url, redact_value
@@ -68,40 +65,13 @@ class GatewayHTTPServer(_ServesGateway, ThreadingHTTPServer):
         return int(self.server_address[1])
 
 
-class GatewayUnixServer(_ServesGateway, socketserver.ThreadingUnixStreamServer):
-    """The gateway on a Unix socket at `path` (mode 0600; a stale socket there is replaced,
-    anything else there is an error). The socket file is removed by `server_close`."""
+class GatewayUnixServer(_ServesGateway, PrivateUnixServer):
+    """The gateway on a Unix socket at `path` (`a2rl.unix_server`: mode 0600, a stale socket replaced,
+    the file removed by `server_close`)."""
 
     def __init__(self, gateway: Gateway, path: Path) -> None:
         self.gateway = gateway
-        self.path = path
-        _remove_stale_socket(path)
-        super().__init__(str(path), _Handler, bind_and_activate=False)
-        try:
-            os.fchmod(self.socket.fileno(), 0o600)
-            self.server_bind()
-            self._inode = os.stat(path).st_ino
-            os.chmod(path, 0o600)
-            self.server_activate()
-        except BaseException:
-            self.server_close()
-            raise
-
-    def server_close(self) -> None:
-        super().server_close()
-        with contextlib.suppress(OSError):
-            if os.lstat(self.path).st_ino == getattr(self, "_inode", None):
-                self.path.unlink()
-
-
-def _remove_stale_socket(path: Path) -> None:
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise FileExistsError(errno.EEXIST, "exists and is not a socket", str(path))
-    path.unlink()
+        super().__init__(path, _Handler)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -13,18 +13,15 @@ unsupported HTTP version (505) — closes the connection after a JSON error as w
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
-import os
 import socket
-import socketserver
-import stat
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from a2rl.unix_server import PrivateUnixServer
 from a2rl_recorder.service import Recorder, Reply
 
 log = logging.getLogger(__name__)
@@ -67,40 +64,13 @@ class RecorderHTTPServer(_ServesRecorder, ThreadingHTTPServer):
         return int(self.server_address[1])
 
 
-class RecorderUnixServer(_ServesRecorder, socketserver.ThreadingUnixStreamServer):
-    """The grading API on a Unix socket at `path` (mode 0600; a stale socket there is replaced,
-    anything else there is an error). The socket file is removed by `server_close`."""
+class RecorderUnixServer(_ServesRecorder, PrivateUnixServer):
+    """The grading API on a Unix socket at `path` (`a2rl.unix_server`: mode 0600, a stale socket replaced,
+    the file removed by `server_close`)."""
 
     def __init__(self, recorder: Recorder, path: Path) -> None:
         self.recorder = recorder
-        self.path = path
-        _remove_stale_socket(path)
-        super().__init__(str(path), _Handler, bind_and_activate=False)
-        try:
-            os.fchmod(self.socket.fileno(), 0o600)  # Linux creates the socket file with this mode
-            self.server_bind()
-            self._inode = os.stat(path).st_ino
-            os.chmod(path, 0o600)
-            self.server_activate()
-        except BaseException:
-            self.server_close()
-            raise
-
-    def server_close(self) -> None:
-        super().server_close()
-        with contextlib.suppress(OSError):
-            if os.lstat(self.path).st_ino == getattr(self, "_inode", None):
-                self.path.unlink()
-
-
-def _remove_stale_socket(path: Path) -> None:
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise FileExistsError(errno.EEXIST, "exists and is not a socket", str(path))
-    path.unlink()
+        super().__init__(path, _Handler)
 
 
 def _shown(text: str, limit: int) -> str:
