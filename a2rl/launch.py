@@ -67,6 +67,20 @@ def kill_group(proc: subprocess.Popen[bytes], grace_s: float | None = None) -> N
     proc.wait()
 
 
+def stop_service(proc: subprocess.Popen[bytes] | None, timeout: float) -> int | None:
+    """Stop a service started with `start_a2rl`: SIGTERM to it alone (it finishes what it must),
+    then, after `timeout` s, SIGKILL to its whole process group. Its exit code (None: never started)."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+    return proc.returncode
+
+
 @dataclass(frozen=True)
 class Finished:
     """A completed `a2rl` child: exit code (`TIMEOUT_EXIT_CODE` after a time-out) and its output;

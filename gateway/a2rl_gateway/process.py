@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import signal
 import subprocess
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from a2rl.errors import A2rlError
-from a2rl.launch import kill_group, start_a2rl
+from a2rl.launch import kill_group, start_a2rl, stop_service
 from a2rl.tracing import current_trace_env
 from a2rl_gateway.app import EXHAUSTED_PREFIX, READY_PREFIX, REFUSED_PREFIX
 from a2rl_gateway.config import KEY_SOURCE_STDIN, GatewayConfig
@@ -143,15 +142,7 @@ class GatewayProcess:
 
     def stop(self, timeout: float = 60.0) -> int | None:
         """SIGTERM (calls in flight end, the summary is written), SIGKILL after `timeout` s."""
-        if self._proc is None:
-            return None
-        if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
-            try:
-                self._proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self._proc.returncode
+        return stop_service(self._proc, timeout)
 
     def kill(self) -> None:
         if self._proc is None or self._proc.poll() is not None:

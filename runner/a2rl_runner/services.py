@@ -8,7 +8,6 @@ environment (the agent may read /proc/<pid>/environ of same-user processes under
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import subprocess
 import time
@@ -21,7 +20,7 @@ from typing import Any
 from a2rl.constants import ENV_RUN_KEY_SOURCE
 from a2rl.errors import A2rlError
 from a2rl.integrity import key_line
-from a2rl.launch import kill_group, start_a2rl
+from a2rl.launch import kill_group, start_a2rl, stop_service
 
 HEALTH_TIMEOUT_S = 60.0
 HTTP_TIMEOUT_S = 5.0
@@ -117,15 +116,7 @@ class RecorderProcess:
     def stop(self, timeout: float) -> int | None:
         """SIGTERM (the recorder drains in-flight evaluations and flushes the last code revision),
         then SIGKILL after `timeout` seconds. Returns the exit code."""
-        if self._proc is None:
-            return None
-        if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
-            try:
-                self._proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self._proc.returncode
+        return stop_service(self._proc, timeout)
 
     def kill(self) -> None:
         if self._proc is None or self._proc.poll() is not None:
