@@ -6,6 +6,7 @@ import importlib
 from collections.abc import Mapping
 
 from a2rl.errors import A2rlError
+from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
 from a2rl_tasks.base import EvalResult, StagedData, Task
 
 # task id -> "module:ClassName"; modules are imported lazily (some need heavy packages).
@@ -30,14 +31,19 @@ def task_class(name: str) -> type[Task]:
     return cls
 
 
-def get_task(name: str, environ: Mapping[str, str] | None = None) -> Task:
+def get_task(
+    name: str, environ: Mapping[str, str] | None = None, *, protocol: EvalProtocol = DEFAULT_PROTOCOL
+) -> Task:
     """The task called `name`; a clear error listing the known ones otherwise.
 
     `environ`: the evaluation's settings (the judge, the search tool) when they are not this
     process's environment, e.g. a run's own judge (`spec.evaluation.judge`).
+    `protocol`: the evaluation protocol (`a2rl.protocols`), default `reference`.
     """
     cls = task_class(name)
-    return cls(environ=environ) if environ is not None and cls.endpoint_env else cls()
+    if environ is not None and cls.endpoint_env:
+        return cls(environ=environ, protocol=protocol)
+    return cls(protocol=protocol)
 
 
 __all__ = ["TASKS", "EvalResult", "StagedData", "Task", "get_task", "task_class"]

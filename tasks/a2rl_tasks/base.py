@@ -15,6 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
+
 if TYPE_CHECKING:
     from a2rl.inference import InferenceBackend
 
@@ -60,9 +62,13 @@ class Task(ABC):
     #: regenerate it; the train split still comes from the public seed alone.
     secret_heldout: ClassVar[bool] = False
 
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        """`environ`: the evaluation's settings (`endpoint_env`); tasks without any ignore it."""
+    def __init__(
+        self, environ: Mapping[str, str] | None = None, *, protocol: EvalProtocol = DEFAULT_PROTOCOL
+    ) -> None:
+        """`environ`: the evaluation's settings (`endpoint_env`); tasks without any ignore it.
+        `protocol`: `reference` (the paper's rules) or `a2rl` (ours), see `a2rl.protocols`."""
         del environ
+        self.protocol: EvalProtocol = protocol
 
     @abstractmethod
     def stage(

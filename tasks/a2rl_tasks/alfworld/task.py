@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from a2rl.constants import ENV_ALFWORLD_MAX_STEPS
 from a2rl.errors import A2rlError
+from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
 from a2rl_tasks.alfworld import catalog, data, prompting
 from a2rl_tasks.alfworld.engine import INVALID_FEEDBACK
 from a2rl_tasks.alfworld.rollout import MAX_STEPS, EpisodeSpec, is_think, replay, run_episodes
@@ -72,7 +74,15 @@ class ALFWorldTask(Task):
     #: Staging works without `--source` (games are generated).
     default_source: str | None = data.GENERATED
 
-    def __init__(self, max_steps: int | None = None, concurrency: int | None = None) -> None:
+    def __init__(
+        self,
+        environ: Mapping[str, str] | None = None,
+        *,
+        protocol: EvalProtocol = DEFAULT_PROTOCOL,
+        max_steps: int | None = None,
+        concurrency: int | None = None,
+    ) -> None:
+        super().__init__(environ, protocol=protocol)
         self.max_steps = max_steps if max_steps is not None else max_steps_from_env()
         #: Live games per generation call (None: all held-out games at once).
         self.concurrency = concurrency

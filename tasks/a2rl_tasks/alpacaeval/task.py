@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from a2rl.constants import ENV_JUDGE_BASE_URL
 from a2rl.errors import A2rlError
 from a2rl.inference import GenerationRequest
+from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
 from a2rl_tasks.alpacaeval import data
 from a2rl_tasks.alpacaeval.prompting import (
     JUDGE_MAX_TOKENS,
@@ -118,7 +119,10 @@ class AlpacaEvalTask(Task):
     default_source: str | None = None
     endpoint_env: ClassVar[tuple[str, ...]] = (ENV_JUDGE_BASE_URL,)
 
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, environ: Mapping[str, str] | None = None, *, protocol: EvalProtocol = DEFAULT_PROTOCOL
+    ) -> None:
+        super().__init__(environ, protocol=protocol)
         # The judge model decides the score, so it is part of the version (and of the baseline
         # cache key): a different judge never reuses an old baseline.
         judge_model = judge_model_from_env(environ)

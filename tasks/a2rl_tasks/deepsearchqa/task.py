@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from a2rl.constants import ENV_JUDGE_BASE_URL, ENV_SEARCH_URL
 from a2rl.errors import A2rlError
+from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
 from a2rl_tasks.base import EvalResult, StagedData, Task
 from a2rl_tasks.common.jsonl import read_heldout, write_jsonl
 from a2rl_tasks.deepsearchqa import data
@@ -104,7 +105,10 @@ class DeepSearchQATask(Task):
     default_source: str | None = None
     endpoint_env: ClassVar[tuple[str, ...]] = (ENV_JUDGE_BASE_URL, ENV_SEARCH_URL)
 
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, environ: Mapping[str, str] | None = None, *, protocol: EvalProtocol = DEFAULT_PROTOCOL
+    ) -> None:
+        super().__init__(environ, protocol=protocol)
         # The judge and the search tool decide the score: both are part of the version (and of
         # the baseline cache key).
         parts = [BASE_VERSION]
