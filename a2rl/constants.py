@@ -196,3 +196,11 @@ ENV_DRIVER_TOKENS: Final = "A2RL_DRIVER_TOKENS"  # spec.budget.driverTokens (uns
 ENV_DRIVER_COST_USD: Final = "A2RL_DRIVER_COST_USD"  # spec.budget.driverCostUSD (unset: no limit)
 #: The admin's price table (YAML or JSON) extending/overriding the built-in one (docs/gateway.md).
 ENV_DRIVER_PRICES: Final = "A2RL_DRIVER_PRICES"
+
+# --- the driver gateway in a cluster (a2rl_operator.manifests.gateway; docs/operator.md) -------
+#: The address the gateway's TCP listener binds (default 127.0.0.1; its pod: 0.0.0.0, the pod IP).
+ENV_GATEWAY_HOST: Final = "A2RL_GATEWAY_HOST"
+#: The gateway pod's port (container and Service).
+CLUSTER_GATEWAY_PORT: Final = 8080
+#: The per-run token of a stack run, from the run's `<run>-gateway-token` Secret (agent container).
+ENV_AGENT_GATEWAY_TOKEN: Final = "A2RL_AGENT_GATEWAY_TOKEN"

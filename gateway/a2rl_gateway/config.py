@@ -5,7 +5,8 @@
     A2RL_GATEWAY_MODEL           spec.driver.model (recorded)
     A2RL_GATEWAY_TOKEN           the per-run token the agent presents (required)
     A2RL_GATEWAY_KEY_SOURCE      stdin | file:<path>; unset: no upstream key
-    A2RL_GATEWAY_PORT            also serve on 127.0.0.1:<port> (0: any free port)
+    A2RL_GATEWAY_PORT            also serve on <host>:<port> (0: any free port)
+    A2RL_GATEWAY_HOST            the address of that listener (default 127.0.0.1; a pod: 0.0.0.0)
     A2RL_GATEWAY_SOCKET          serve on this Unix socket
     A2RL_GATEWAY_UPSTREAM_TIMEOUT  s the upstream may stay silent (default 600)
     A2RL_DRIVER_TOKENS           spec.budget.driverTokens
@@ -93,6 +94,7 @@ class GatewayConfig:
         if port is not None and not 0 <= port <= 65535:
             raise A2rlError(f"{c.ENV_GATEWAY_PORT} must be between 0 and 65535, got {port}")
         socket_path = (e.get(c.ENV_GATEWAY_SOCKET) or "").strip()
+        host = (e.get(c.ENV_GATEWAY_HOST) or "").strip() or HOST
         prices = (e.get(c.ENV_DRIVER_PRICES) or "").strip()
         tokens = _opt_int(e, c.ENV_DRIVER_TOKENS)
         cost = _opt_num(e, c.ENV_DRIVER_COST_USD, float)
@@ -110,6 +112,7 @@ class GatewayConfig:
             prices_file=Path(prices).expanduser() if prices else None,
             upstream_timeout_s=DEFAULT_UPSTREAM_TIMEOUT_S if timeout is None else timeout,
             key_source=(e.get(c.ENV_GATEWAY_KEY_SOURCE) or "").strip() or None,
+            host=host,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -130,6 +133,7 @@ class GatewayConfig:
             c.ENV_DRIVER_COST_USD: None if self.limits.cost_usd is None else repr(self.limits.cost_usd),
             c.ENV_DRIVER_PRICES: None if self.prices_file is None else str(self.prices_file),
             c.ENV_GATEWAY_KEY_SOURCE: self.key_source,
+            c.ENV_GATEWAY_HOST: None if self.host == HOST else self.host,
         }
         env.update({k: v for k, v in optional.items() if v is not None})
         return env

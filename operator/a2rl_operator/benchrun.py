@@ -61,8 +61,8 @@ from a2rl.constants import (
 from a2rl.records.report import ReportRecord
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import run_trace_annotation_patch
+from a2rl_operator import driver_usage, store_access
 from a2rl_operator import status as st
-from a2rl_operator import store_access
 from a2rl_operator.benchsubmission import resync_submissions
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.finalizer import Decision, decide
@@ -74,6 +74,7 @@ from a2rl_operator.grading.store import RunStore
 from a2rl_operator.kube import Kube, NameConflictError, NamespaceTerminatingError, plain
 from a2rl_operator.manifests import children, parse_spec
 from a2rl_operator.manifests.common import workspace_name
+from a2rl_operator.manifests.gateway import new_gateway_token
 from a2rl_operator.manifests.grading_network import UrlPeerError, grading_network_policy, url_peer
 from a2rl_operator.manifests.job import AGENT_CONTAINER, RECORDER_CONTAINER
 from a2rl_operator.manifests.network import GatewayError, parse_gateway
@@ -142,7 +143,7 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
     accepted = st.get_condition(conds, COND_ACCEPTED)
     done = st.is_terminal(conds) or st.get_condition(conds, COND_AGENT_FINISHED) is not None
     if done or (accepted is not None and accepted.get("status") == st.FALSE):
-        refresh(kube, ns, name)  # never re-create the children of a finished run
+        refresh(kube, ns, name, config=config)  # never re-create the children of a finished run
         return
     rejected = problem(body, config)
     if rejected is not None:
@@ -159,7 +160,7 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
         kube.patch_run(ns, name, {"metadata": {"annotations": store_access.store_user_annotation(access)}})
     created: list[str] = []
     try:
-        for manifest in children(body, config, access.credentials):
+        for manifest in children(body, config, access.credentials, new_gateway_token()):
             if kube.ensure(manifest, meta["uid"]):
                 created.append(f"{manifest['kind']} {manifest['metadata']['name']}")
     except NameConflictError as exc:
@@ -195,11 +196,19 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
         except Exception as exc:
             logger.warning("BenchRun %s/%s: no reconcile span recorded: %s", ns, name, exc)
     if not any(c.startswith("Job ") for c in created):
-        refresh(kube, ns, name)  # a new Job is observed through its own watch event
+        refresh(kube, ns, name, config=config)  # a new Job is observed through its own watch event
 
 
-def refresh(kube: Kube, namespace: str, name: str, quota_message: str | None = None) -> list[st.Change]:
-    """Mirror the workspace Job and its pod into the run's conditions."""
+def refresh(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    quota_message: str | None = None,
+    *,
+    config: OperatorConfig | None = None,
+) -> list[st.Change]:
+    """Mirror the workspace Job and its pod into the run's conditions; with `config`, a stack
+    run's driver usage too (`driver_usage`: `driverTokens`, `driverCostUSD`, the budget's refusal)."""
     run = kube.get_run(namespace, name)
     if run is None or run["metadata"].get("deletionTimestamp"):
         return []  # a run being deleted gets no new conditions (nor Events in a dying namespace)
@@ -208,9 +217,19 @@ def refresh(kube: Kube, namespace: str, name: str, quota_message: str | None = N
     if job is not None and not any(o.get("uid") == uid for o in job["metadata"].get("ownerReferences") or []):
         job = None
     pod = kube.newest_pod(namespace, uid, COMPONENT_AGENT) if job is not None else None
+    summary = driver_usage.read_summary(run, config) if config is not None else None
     obs = st.Observation(job=job, pod=pod, queue_name=(run.get("spec") or {}).get("queueName"),
-                         quota_message=quota_message)  # fmt: skip
-    return write_status(kube, namespace, name, lambda conds: st.observe(obs, conds), pod=pod, run=run)
+                         quota_message=quota_message,
+                         driver_refused=driver_usage.refused_reason(summary))  # fmt: skip
+    return write_status(
+        kube,
+        namespace,
+        name,
+        lambda conds: st.observe(obs, conds),
+        edit=lambda _run, status: driver_usage.with_usage(status, summary),
+        pod=pod,
+        run=run,
+    )
 
 
 def on_benchrun(body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None:
@@ -224,7 +243,7 @@ def _in_flight(body: kopf.Body, **_: Any) -> bool:
 def resync(body: kopf.Body, memo: Any, **_: Any) -> None:
     """Safety net for missed watch events (a restart, a dropped watch): re-observe slowly."""
     meta = body["metadata"]
-    refresh(memo.kube, meta["namespace"], meta["name"])
+    refresh(memo.kube, meta["namespace"], meta["name"], config=memo.config)
 
 
 def on_benchrun_delete(body: kopf.Body, meta: kopf.Meta, memo: Any, logger: Logger, **_: Any) -> None:
@@ -277,7 +296,7 @@ def _refresh_on_change(body: kopf.Body, memo: Any, type: str | None, fingerprint
     if owner is None or not _SEEN.is_new(uid, fingerprint):
         return
     try:
-        refresh(memo.kube, *owner)
+        refresh(memo.kube, *owner, config=memo.config)
     except BaseException:
         _SEEN.forget(uid)  # not observed after all: the next event must not be skipped
         raise
@@ -310,7 +329,9 @@ def on_quota_event(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> No
         return
     owner = _owner_run(job)
     if owner is not None:
-        refresh(memo.kube, *owner, quota_message=str(body.get("message") or "exceeded quota"))
+        refresh(
+            memo.kube, *owner, quota_message=str(body.get("message") or "exceeded quota"), config=memo.config
+        )
 
 
 # --- the end of the run (grading) ------------------------------------------------------------

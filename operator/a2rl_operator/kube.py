@@ -106,6 +106,7 @@ class Kube:
                 self.net.read_namespaced_network_policy,
             ),
             "Job": (self.batch.create_namespaced_job, self.batch.read_namespaced_job),
+            "Service": (self.core.create_namespaced_service, self.core.read_namespaced_service),
         }
         return ops[kind]
 

@@ -33,6 +33,7 @@ from a2rl.constants import (
     REASON_AGENT_FAILED,
     REASON_COMPLETED,
     REASON_DEADLINE_EXCEEDED,
+    REASON_DRIVER_BUDGET_EXHAUSTED,
 )
 
 #: A metav1.Condition in wire form (what `Condition.to_wire` gives).
@@ -298,6 +299,8 @@ def terminal_for(finish: Change) -> Change:
         return Change(COND_SUCCEEDED, TRUE, R_AGENT_COMPLETED, finish.message)
     if finish.reason == REASON_DEADLINE_EXCEEDED:
         return Change(COND_SUCCEEDED, TRUE, R_BUDGET_EXHAUSTED, finish.message)
+    if finish.reason == REASON_DRIVER_BUDGET_EXHAUSTED:  # the driver budget is a budget too
+        return Change(COND_SUCCEEDED, TRUE, REASON_DRIVER_BUDGET_EXHAUSTED, finish.message)
     if finish.reason == R_SETUP_FAILED:
         return Change(COND_FAILED, TRUE, R_SETUP_FAILED, finish.message)
     return Change(COND_FAILED, TRUE, R_AGENT_FAILED, finish.message)
@@ -312,6 +315,17 @@ class Observation:
     queue_name: str | None
     #: Message of the latest "exceeded quota" FailedCreate of the Job (None: none seen).
     quota_message: str | None = None
+    #: A stack run whose gateway refused a call for the driver budget (the agent saw the error):
+    #: the gateway's reason (`driver/summary.json` `budget.reason`); None: not refused.
+    driver_refused: str | None = None
+
+
+def driver_budget_finish(finish: Change, refused: str | None) -> Change:
+    """The agent's end, told as the driver budget's when its gateway had refused it a call: the
+    stacks stop at that error (docs/gateway.md), so the refusal is why the agent ended."""
+    if refused is None or finish.reason not in (REASON_COMPLETED, REASON_AGENT_FAILED):
+        return finish
+    return Change(COND_AGENT_FINISHED, TRUE, REASON_DRIVER_BUDGET_EXHAUSTED, f"the agent stopped: {refused}")
 
 
 def observe(obs: Observation, conds: Sequence[Cond], agent_container: str = "agent") -> list[Change]:
@@ -365,6 +379,7 @@ def observe(obs: Observation, conds: Sequence[Cond], agent_container: str = "age
 
     finish = agent_finish(job, pod)
     if finish is not None:
+        finish = driver_budget_finish(finish, obs.driver_refused)
         changes += [Change(COND_AGENT_RUNNING, FALSE, finish.reason, finish.message), finish]
         # A run being graded (`Graded` set, a2rl_operator.benchrun) ends after its report instead.
         if get_condition(conds, COND_GRADED) is None:

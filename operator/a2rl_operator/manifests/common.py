@@ -100,3 +100,14 @@ def guaranteed(amounts: dict[str, str]) -> Manifest:
     """Container resources with requests = limits: Guaranteed QoS (and extended resources such as
     GPUs must be equal anyway)."""
     return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def restricted_security_context() -> Manifest:
+    """What the `restricted` Pod Security Standard demands of every container (and a bit more)."""
+    return {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }

@@ -41,9 +41,11 @@ from a2rl_operator.manifests.common import (
     Manifest,
     guaranteed,
     object_meta,
+    restricted_security_context,
     run_labels,
     workspace_name,
 )
+from a2rl_operator.manifests.gateway import has_gateway, stack_command, stack_env
 from a2rl_operator.manifests.rbac import runner_name
 from a2rl_operator.manifests.secret import store_env_from
 
@@ -79,17 +81,6 @@ def workspace_job_name(body: Body) -> str:
     return workspace_name(body)
 
 
-def restricted_security_context() -> Manifest:
-    """What the `restricted` Pod Security Standard demands of every container (and a bit more)."""
-    return {
-        "runAsNonRoot": True,
-        "allowPrivilegeEscalation": False,
-        "privileged": False,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
 def _env(pairs: dict[str, str]) -> list[Manifest]:
     return [{"name": k, "value": v} for k, v in pairs.items()]
 
@@ -101,7 +92,8 @@ def pod_workspace(spec: BenchRunSpec) -> Workspace:
 
 def agent_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
     """The agent-facing contract (docs/agents.md), then the user's extra variables. Nothing of
-    `spec.driver`: its key (`secretRef`) is for the run's driver gateway only, never the agent."""
+    `spec.driver`: its key (`secretRef`) is for the run's driver gateway pod only, never the agent
+    (a stack run's agent gets the per-run gateway token, `gateway.stack_env`)."""
     env = _env(agent_contract_env(spec, pod_workspace(spec), GRADING_URL))
     env += [{"name": e.name, "value": e.value} for e in spec.agent.env]
     return env
@@ -175,7 +167,10 @@ def agent_container(body: Body, spec: BenchRunSpec) -> Manifest:
         "livenessProbe": deadline_probe(spec),
         "volumeMounts": [{"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE_MOUNT}],
     }
-    if spec.agent.command:  # a stack's image starts the stack (its entrypoint)
+    if has_gateway(spec):  # the stack's invocation, pointed at the run's gateway pod
+        container["command"] = stack_command(body, spec)
+        container["env"] += stack_env(body)
+    elif spec.agent.command:
         container["command"] = list(spec.agent.command)
     if spec.agent.args:
         container["args"] = list(spec.agent.args)

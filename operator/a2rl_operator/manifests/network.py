@@ -1,4 +1,5 @@
-"""The run's NetworkPolicy: no ingress; egress only to DNS, the store, the API server, the LLM gateway.
+"""The run's NetworkPolicy: no ingress; egress only to DNS, the store, the API server, the LLM
+gateway (`spec.llmGateway`) and, for a stack run, its own driver gateway pod (`manifests.gateway`).
 
 The policy selects the workspace pod; its containers share one network namespace, so the
 agent and the recorder have the same egress (the agent has no API token and no store keys).
@@ -80,13 +81,18 @@ DNS_RULE: Manifest = {
 }
 
 
-def network_policy(body: Body, gateway: str | None, config: OperatorConfig) -> Manifest:
-    """Raises GatewayError when `gateway` is not expressible (the run is then not accepted)."""
+def network_policy(
+    body: Body, gateway: str | None, config: OperatorConfig, driver_gateway: Manifest | None = None
+) -> Manifest:
+    """Raises GatewayError when `gateway` is not expressible (the run is then not accepted).
+    `driver_gateway`: the rule to the run's own driver gateway pod (a stack run), added last."""
     egress = [DNS_RULE]
     egress += [ip_rule(e) for e in config.store_egress]
     egress += [ip_rule(e) for e in config.apiserver_egress]
     if gateway:
         egress.append(gateway_rule(parse_gateway(gateway)))
+    if driver_gateway is not None:
+        egress.append(driver_gateway)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

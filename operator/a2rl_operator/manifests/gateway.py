@@ -1,0 +1,370 @@
+"""The run's driver gateway in a cluster (a run with `spec.agent.stack`; docs/operator.md, "The
+driver gateway"): its own pod, never a container of the workspace pod.
+
+The workspace pod's containers share one network namespace, so a gateway sidecar would give the
+agent the gateway's egress to the upstream provider. Instead each stack run gets:
+
+- `<run>-gateway-token` (Secret): the per-run token (worthless anywhere but this gateway),
+  `secretKeyRef` of the gateway container and of the agent container;
+- `<run>-gateway` (Job, one pod, `restartPolicy: Never`): `a2rl gateway serve` on 0.0.0.0:8080,
+  the upstream key as a file from `spec.driver.secretRef` (mounted in this pod only), the run's
+  store Secret (it writes `driver/…` under the run's prefix, with the run's scoped keys). A
+  gateway that dies is not restarted: a new one would start the budget's totals from zero;
+- `<run>-gateway` (Service): the agent's URL of it;
+- `<run>-gateway` (NetworkPolicy): ingress only from the run's workspace pod on the gateway port;
+  egress only to DNS, the store and the upstream (`spec.driver.baseUrl`);
+- one egress rule in the workspace pod's policy (`agent_gateway_rule`): the gateway pod, its port.
+
+The agent container of a stack run gets a command generated here (`stack_command`): a short
+Python launcher run by the image's Python (the stack images carry a2rl) that builds the prompt
+from the workspace once the set-up has filled it (`a2rl.agent_prompt`), takes the token out of its
+environment, writes the stack's start-up files into HOME and `exec`s the stack's invocation
+(`a2rl.stacks.invocation`) pointed at the gateway Service: the images stay plain.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from urllib.parse import urlsplit
+
+from a2rl.api.benchrun import BenchRunSpec
+from a2rl.constants import (
+    CLUSTER_GATEWAY_PORT,
+    COMPONENT_AGENT,
+    COMPONENT_GATEWAY,
+    ENV_AGENT_GATEWAY_TOKEN,
+    ENV_DRIVER_COST_USD,
+    ENV_DRIVER_TOKENS,
+    ENV_GATEWAY_BASE_URL,
+    ENV_GATEWAY_HOST,
+    ENV_GATEWAY_KEY_SOURCE,
+    ENV_GATEWAY_MODEL,
+    ENV_GATEWAY_PORT,
+    ENV_GATEWAY_PROVIDER,
+    ENV_GATEWAY_TOKEN,
+    ENV_RUN_PREFIX,
+    LABEL_COMPONENT,
+    LABEL_RUN_UID,
+)
+from a2rl.store.layout import RunLayout
+from a2rl.tracing.context import pod_trace_env
+from a2rl_operator.config import OperatorConfig
+from a2rl_operator.manifests.common import (
+    Body,
+    Manifest,
+    child_name,
+    guaranteed,
+    object_meta,
+    restricted_security_context,
+)
+from a2rl_operator.manifests.grading_network import UrlPeerError, url_peer
+from a2rl_operator.manifests.network import DNS_RULE, gateway_rule, ip_rule
+from a2rl_operator.manifests.secret import store_env_from
+
+SUFFIX_GATEWAY = "gateway"
+SUFFIX_GATEWAY_TOKEN = "gateway-token"
+GATEWAY_CONTAINER = "gateway"
+TOKEN_KEY = "token"
+KEY_VOLUME = "driver-key"
+KEY_DIR = "/var/run/secrets/driver"
+KEY_FILE = f"{KEY_DIR}/key"
+SCRATCH_VOLUME = "scratch"
+SCRATCH_MOUNT = "/tmp"
+RUN_AS_UID = 1000
+#: Where the stack images install the stack (`images/agent-<stack>/Dockerfile`: `a2rl run`'s
+#: layout, `<cache>/agents/<stack>-<version>`, with the cache at /opt/a2rl-cache).
+STACK_INSTALL_ROOT = "/opt/a2rl-cache/agents"
+#: Private, link-local, CGNAT and loopback ranges: a public upstream (a host name NetworkPolicy
+#: cannot name) is allowed as "the internet on the URL's port", never the cluster's own ranges.
+NON_PUBLIC_V4 = (
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",
+    "169.254.0.0/16",
+    "127.0.0.0/8",
+)
+NON_PUBLIC_V6 = ("fc00::/7", "fe80::/10", "::1/128")
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+# The agent container's command for a stack run (see the module's docstring). `exec`: the stack
+# becomes the container's PID 1, so the deadline probe's SIGTERM reaches it.
+STACK_LAUNCHER = r"""
+import json, os, sys
+from pathlib import Path
+from a2rl.agent_prompt import workspace_prompt
+from a2rl.stacks import UPSTREAM_KEY_ENV, home_files, invocation
+
+p = json.loads(sys.argv[1])
+token = os.environ.pop(p["token_env"])
+workspace = Path(os.environ["WORKSPACE"])
+prompt = workspace_prompt(
+    workspace, mode=p["mode"], budget_s=p["budget_s"], max_submissions=p["max_submissions"]
+)
+common = dict(
+    model=p["model"], gateway_base_url=p["gateway"], token=token, workspace=workspace, provider=p["provider"]
+)
+argv, extra = invocation(p["stack"], prompt=prompt, install_dir=Path(p["install_dir"]), **common)
+home = Path(os.environ.get("HOME") or workspace / ".agent-home")
+for rel, content in home_files(p["stack"], **common).items():
+    path = home / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content)
+env = {k: v for k, v in os.environ.items() if k not in UPSTREAM_KEY_ENV}
+env.update(extra)
+sys.stdout.flush()
+os.execve(argv[0], argv, env)
+"""
+
+
+def has_gateway(spec: BenchRunSpec) -> bool:
+    """A run with an agent stack has a driver gateway."""
+    return spec.agent.stack is not None and spec.driver is not None
+
+
+def gateway_name(body: Body) -> str:
+    """Name of the gateway Job, Service and NetworkPolicy."""
+    return child_name(body["metadata"]["name"], SUFFIX_GATEWAY)
+
+
+def gateway_token_secret_name(body: Body) -> str:
+    return child_name(body["metadata"]["name"], SUFFIX_GATEWAY_TOKEN)
+
+
+def gateway_url(body: Body) -> str:
+    """The gateway Service as the agent reaches it (the cluster's DNS search path completes it)."""
+    return f"http://{gateway_name(body)}.{body['metadata']['namespace']}.svc:{CLUSTER_GATEWAY_PORT}"
+
+
+def new_gateway_token() -> str:
+    """A fresh per-run token (the format of `a2rl_gateway.new_run_token`)."""
+    return "a2rl-run-" + secrets.token_urlsafe(32)
+
+
+def gateway_pod_labels(body: Body) -> dict[str, str]:
+    return {LABEL_RUN_UID: body["metadata"]["uid"], LABEL_COMPONENT: COMPONENT_GATEWAY}
+
+
+def _agent_pod_labels(body: Body) -> dict[str, str]:
+    return {LABEL_RUN_UID: body["metadata"]["uid"], LABEL_COMPONENT: COMPONENT_AGENT}
+
+
+def _token_ref(body: Body) -> Manifest:
+    return {"secretKeyRef": {"name": gateway_token_secret_name(body), "key": TOKEN_KEY}}
+
+
+def gateway_token_secret(body: Body, token: str) -> Manifest:
+    """`<run>-gateway-token`: read by the gateway and the agent container (`secretKeyRef`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": object_meta(body, gateway_token_secret_name(body), COMPONENT_GATEWAY),
+        "type": "Opaque",
+        "immutable": True,
+        "stringData": {TOKEN_KEY: token},
+    }
+
+
+def gateway_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
+    """`a2rl gateway serve`'s configuration (`a2rl_gateway.GatewayConfig.from_env`); the store URI
+    and keys come from the run's store Secret (`envFrom`), the upstream key from its file."""
+    assert spec.driver is not None
+    meta = body["metadata"]
+    values: dict[str, str] = {
+        ENV_GATEWAY_PROVIDER: spec.driver.provider,
+        ENV_GATEWAY_MODEL: spec.driver.model,
+        ENV_GATEWAY_HOST: "0.0.0.0",
+        ENV_GATEWAY_PORT: str(CLUSTER_GATEWAY_PORT),
+        ENV_RUN_PREFIX: RunLayout(meta["namespace"], meta["name"], meta["uid"]).prefix,
+        "HOME": SCRATCH_MOUNT,
+        "TMPDIR": SCRATCH_MOUNT,
+    }
+    if spec.driver.base_url:
+        values[ENV_GATEWAY_BASE_URL] = spec.driver.base_url
+    if spec.driver.secret_ref is not None:
+        values[ENV_GATEWAY_KEY_SOURCE] = f"file:{KEY_FILE}"
+    if spec.budget.driver_tokens is not None:
+        values[ENV_DRIVER_TOKENS] = str(spec.budget.driver_tokens)
+    if spec.budget.driver_cost_usd is not None:
+        values[ENV_DRIVER_COST_USD] = repr(spec.budget.driver_cost_usd)
+    env: list[Manifest] = [{"name": k, "value": v} for k, v in values.items()]
+    env.append({"name": ENV_GATEWAY_TOKEN, "valueFrom": _token_ref(body)})
+    return env + pod_trace_env(meta.get("annotations"))
+
+
+def gateway_job(body: Body, spec: BenchRunSpec, config: OperatorConfig, deadline_s: int) -> Manifest:
+    """`<run>-gateway`: one pod running `a2rl gateway serve`; `deadline_s` its Job's deadline."""
+    volumes: list[Manifest] = [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}}]
+    mounts: list[Manifest] = [{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT}]
+    assert spec.driver is not None
+    if spec.driver.secret_ref is not None:  # the upstream key: this pod only, a file
+        ref = spec.driver.secret_ref
+        volumes.append(
+            {
+                "name": KEY_VOLUME,
+                "secret": {
+                    "secretName": ref.name,
+                    "items": [{"key": ref.key, "path": "key"}],
+                    "defaultMode": 0o440,
+                },
+            }
+        )
+        mounts.append({"name": KEY_VOLUME, "mountPath": KEY_DIR, "readOnly": True})
+    container: Manifest = {
+        "name": GATEWAY_CONTAINER,
+        "image": config.gateway_image or config.recorder_image,
+        "command": ["a2rl", "gateway", "serve"],
+        "env": gateway_env(body, spec),
+        "envFrom": store_env_from(body, spec),
+        "ports": [{"name": "http", "containerPort": CLUSTER_GATEWAY_PORT, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": CLUSTER_GATEWAY_PORT},
+            "periodSeconds": 2,
+            "failureThreshold": 3,
+        },
+        "resources": guaranteed(
+            {"cpu": config.gateway_cpu, "memory": config.gateway_memory, "ephemeral-storage": "2Gi"}
+        ),
+        "securityContext": {**restricted_security_context(), "readOnlyRootFilesystem": True},
+        "volumeMounts": mounts,
+    }
+    pod_spec: Manifest = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_UID,
+            "runAsGroup": RUN_AS_UID,
+            "fsGroup": RUN_AS_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": volumes,
+    }
+    meta = object_meta(body, gateway_name(body), COMPONENT_GATEWAY)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": deadline_s,
+            "template": {"metadata": {"labels": meta["labels"]}, "spec": pod_spec},
+        },
+    }
+
+
+def gateway_service(body: Body) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": object_meta(body, gateway_name(body), COMPONENT_GATEWAY),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": gateway_pod_labels(body),
+            "ports": [
+                {
+                    "name": "http",
+                    "port": CLUSTER_GATEWAY_PORT,
+                    "targetPort": CLUSTER_GATEWAY_PORT,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+def upstream_rules(spec: BenchRunSpec, namespace: str) -> list[Manifest]:
+    """Egress to the upstream of `spec.driver`: its IP or in-cluster Service exactly; a public
+    host name (the providers' APIs) as every public address on the URL's port."""
+    assert spec.driver is not None
+    url = spec.driver.base_url or "https://"  # the providers' own APIs: public, https
+    try:
+        if spec.driver.base_url:  # as for the judge: `<service>.<namespace>` is in-cluster
+            return [gateway_rule(url_peer(url, namespace))]
+    except UrlPeerError:
+        pass
+    parts = urlsplit(url)
+    port = parts.port or DEFAULT_PORTS.get(parts.scheme, 443)
+    return [
+        {
+            "to": [
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": list(NON_PUBLIC_V4)}},
+                {"ipBlock": {"cidr": "::/0", "except": list(NON_PUBLIC_V6)}},
+            ],
+            "ports": [{"protocol": "TCP", "port": port}],
+        }
+    ]
+
+
+def gateway_network_policy(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Manifest:
+    """`<run>-gateway`: ingress from the run's workspace pod on the gateway port only; egress to
+    DNS, the store and the upstream only (no API server: the pod has no token)."""
+    egress = [DNS_RULE]
+    egress += [ip_rule(e) for e in config.store_egress]
+    egress += upstream_rules(spec, body["metadata"]["namespace"])
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": object_meta(body, gateway_name(body), COMPONENT_GATEWAY),
+        "spec": {
+            "podSelector": {"matchLabels": gateway_pod_labels(body)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": _agent_pod_labels(body)}}],
+                    "ports": [{"protocol": "TCP", "port": CLUSTER_GATEWAY_PORT}],
+                }
+            ],
+            "egress": egress,
+        },
+    }
+
+
+def agent_gateway_rule(body: Body) -> Manifest:
+    """The one egress rule a stack run's workspace policy gains: its gateway pod, its port."""
+    return {
+        "to": [{"podSelector": {"matchLabels": gateway_pod_labels(body)}}],
+        "ports": [{"protocol": "TCP", "port": CLUSTER_GATEWAY_PORT}],
+    }
+
+
+# --- the agent container of a stack run -----------------------------------------------------------
+
+
+def stack_command(body: Body, spec: BenchRunSpec) -> list[str]:
+    """The agent container's command: the launcher and what it needs (no secret: the token comes
+    from the environment, `stack_env`)."""
+    assert spec.agent.stack is not None and spec.driver is not None
+    params = {
+        "stack": spec.agent.stack,
+        "provider": spec.driver.provider,
+        "model": spec.driver.model,
+        "gateway": gateway_url(body),
+        "install_dir": f"{STACK_INSTALL_ROOT}/{spec.agent.stack}-{spec.agent.stack_version_or_default}",
+        "mode": spec.agent.mode,
+        "budget_s": spec.budget.wall_time_seconds,
+        "max_submissions": spec.budget.max_submissions,
+        "token_env": ENV_AGENT_GATEWAY_TOKEN,
+    }
+    return ["python", "-c", STACK_LAUNCHER, json.dumps(params, sort_keys=True)]
+
+
+def stack_env(body: Body) -> list[Manifest]:
+    """The per-run token for the launcher (it hands it to the stack in the stack's own variables)."""
+    return [{"name": ENV_AGENT_GATEWAY_TOKEN, "valueFrom": _token_ref(body)}]
+
+
+def gateway_children(
+    body: Body, spec: BenchRunSpec, config: OperatorConfig, token: str, deadline_s: int
+) -> list[Manifest]:
+    """The gateway's objects, in creation order (the token Secret first: both pods reference it);
+    `deadline_s`: the gateway Job's, the workspace Job's backstop (it serves no longer)."""
+    return [
+        gateway_token_secret(body, token),
+        gateway_network_policy(body, spec, config),
+        gateway_service(body),
+        gateway_job(body, spec, config, deadline_s),
+    ]
