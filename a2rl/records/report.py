@@ -155,6 +155,86 @@ class ReportTimeline(Record):
     steps: list[TimelineStep] = []
 
 
+class ReportDriverModel(Record):
+    """A `driver.per_model` row: one driver model's calls, tokens, cost and latency."""
+
+    model: str | None = None
+    calls: int | None = None
+    errors: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    cost_usd: int | float | None = None
+    latency_p50_s: int | float | None = None
+    latency_p95_s: int | float | None = None
+
+
+class ReportDriverBudget(Record):
+    """`driver.budget`: the run's driver budget (null limits: none) and whether it ran out."""
+
+    driver_tokens: int | None = None
+    driver_cost_usd: int | float | None = None
+    tokens_used_ratio: int | float | None = None
+    cost_used_ratio: int | float | None = None
+    exhausted: bool | None = None
+    exhausted_at: str | None = None
+    exhausted_s: int | float | None = None
+    reason: str | None = None
+    refused_calls: int | None = None
+
+
+class ReportDriver(Record):
+    """`driver`: what the run's driver gateway forwarded, metered and refused (docs/report.md)."""
+
+    provider: str | None = None
+    model: str | None = None
+    calls: int | None = None
+    errors: int | None = None
+    refused_calls: int | None = None
+    refused: dict[str, int] = {}
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    total_tokens: int | None = None
+    cost_usd: int | float | None = None
+    unpriced_models: list[str] = []
+    usage_missing_calls: int | None = None
+    latency_p50_s: int | float | None = None
+    latency_p95_s: int | float | None = None
+    first_byte_p50_s: int | float | None = None
+    first_byte_p95_s: int | float | None = None
+    first_call_s: int | float | None = None
+    last_call_s: int | float | None = None
+    per_model: list[ReportDriverModel] = []
+    budget: ReportDriverBudget = ReportDriverBudget()
+
+
+class ReportToolCall(Record):
+    """A `trajectory.calls` row: one tool call of the agent's stack."""
+
+    index: int | None = None
+    at: str | None = None
+    elapsed_s: int | float | None = None
+    tool: str | None = None
+    kind: str | None = None
+    detail: str | None = None
+
+
+class ReportTrajectory(Record):
+    """`trajectory`: the tool calls in the agent stack's event stream, by kind (docs/report.md)."""
+
+    stack: str | None = None
+    events: int | None = None
+    tool_calls: int | None = None
+    kinds: dict[str, int] = {}
+    tools: dict[str, int] = {}
+    #: Where the calls' times come from: `stream`, `driver` (placed on the driver's calls), `none`.
+    timing: str | None = None
+    calls: list[ReportToolCall] = []
+
+
 class ReportRecord(Record):
     """`<namespace>/<name>-<uid>/report/report.json`; the headline numbers repeat `metrics`'."""
 
@@ -173,3 +253,6 @@ class ReportRecord(Record):
     submissions: list[ReportSubmission] = []
     revisions: list[ReportRevision] = []
     timeline: ReportTimeline | None = None
+    #: Only in reports of runs with an LLM agent stack (absent otherwise: such reports are unchanged).
+    driver: ReportDriver | None = None
+    trajectory: ReportTrajectory | None = None

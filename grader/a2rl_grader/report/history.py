@@ -1,7 +1,8 @@
 """`RunHistory`: everything the store holds about one run, as plain immutable values.
 
 `load_history` is the only I/O here: it reads the store's documents as `a2rl.records` models
-(`RunRecord`, `SubmissionManifest`, `ResultRecord`, `CodeRevision`). It tolerates what an
+(`RunRecord`, `SubmissionManifest`, `ResultRecord`, `CodeRevision`, the driver gateway's
+`DriverSummary` and `DriverCallRecord`s) and the agent stack's event stream. It tolerates what an
 interrupted run leaves behind: a submission without result.json (evaluation in flight or crashed)
 is kept and counts as invalid with the error "no result"; unreadable documents (not JSON, not an
 object, not fitting their model) are treated as absent.
@@ -17,7 +18,9 @@ from datetime import datetime
 from typing import Any
 
 from a2rl.constants import BASELINE_INDEX
+from a2rl.errors import NotFoundError
 from a2rl.records.base import read_record
+from a2rl.records.driver import DriverCallRecord, DriverSummary, DriverUsage
 from a2rl.records.result import ResultRecord, checked_result
 from a2rl.records.revision import CodeRevision
 from a2rl.records.submission import SubmissionManifest
@@ -25,11 +28,13 @@ from a2rl.records.tree import TreeRecord
 from a2rl.runs import RunInfo, parse_time, read_run_info
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
+from a2rl.trajectory import AnswerCalls, answer_tool_calls, stream_events
 
 NO_RESULT_ERROR = "no result"
 
 _SUBMISSION_KEY = re.compile(r"/submissions/(\d+)/(manifest|result)\.json$")
 _REVISION_KEY = re.compile(r"/revisions/(\d+)\.json$")
+_DRIVER_CALL_KEY = re.compile(r"/driver/calls/(\d+)\.json$")
 
 
 @dataclass(frozen=True)
@@ -158,11 +163,60 @@ class Revision:
 
 
 @dataclass(frozen=True)
+class DriverCall:
+    """`driver/calls/<n>.json` without its bodies and headers: what the report counts."""
+
+    index: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    first_byte_s: float | None
+    latency_s: float | None
+    model: str | None  # the model the provider reported, else the one requested (as the gateway)
+    status: int | None
+    refused: str | None
+    usage: DriverUsage | None
+    cost_usd: float
+    #: Tools the answer asked the agent's stack to call (`a2rl.trajectory.answer_tool_calls`).
+    tool_calls: tuple[str, ...] = ()
+
+    @classmethod
+    def from_record(cls, data: DriverCallRecord) -> DriverCall:
+        return cls(
+            index=data.index,
+            started_at=parse_time(data.started_at),
+            finished_at=parse_time(data.finished_at),
+            first_byte_s=_float(data.first_byte_s),
+            latency_s=_float(data.latency_s),
+            model=_str(data.response_model) or _str(data.request_model),
+            status=data.status,
+            refused=_str(data.refused),
+            usage=data.usage,
+            cost_usd=_float(data.cost_usd) or 0.0,
+            tool_calls=tuple(answer_tool_calls(data.protocol, data.response_body)),
+        )
+
+    @property
+    def answer(self) -> AnswerCalls:
+        return AnswerCalls(finished_at=self.finished_at, tools=self.tool_calls)
+
+
+@dataclass(frozen=True)
 class RunHistory:
     run: RunInfo
     baseline: Submission | None
     submissions: tuple[Submission, ...]  # agent submissions, index order (1, 2, …)
     revisions: tuple[Revision, ...]  # index order (1, 2, …)
+    #: The driver gateway's records (None / empty: the run had no driver, or it made no call).
+    driver_summary: DriverSummary | None = None
+    driver_calls: tuple[DriverCall, ...] = ()  # index order
+    #: The agent stack's event stream (`agent/trajectory.jsonl`) as JSON objects; None when absent.
+    agent_events: tuple[dict[str, Any], ...] | None = None
+
+    @property
+    def stack(self) -> str | None:
+        """The run's agent stack (run.json `agent.stack`), None for a command agent."""
+        agent = self.run.record.agent
+        return agent.stack if agent is not None else None
 
     @property
     def base_model_digest(self) -> str | None:
@@ -211,7 +265,28 @@ def load_history(store: ObjectStore, layout: RunLayout, *, run_key: bytes | None
         baseline=baseline,
         submissions=tuple(s for s in subs if s.index != BASELINE_INDEX),
         revisions=tuple(sorted(revisions, key=lambda r: r.index)),
+        driver_summary=read_record(store, layout.driver_summary, DriverSummary),
+        driver_calls=load_driver_calls(store, layout),
+        agent_events=load_agent_events(store, layout),
     )
+
+
+def load_driver_calls(store: ObjectStore, layout: RunLayout) -> tuple[DriverCall, ...]:
+    """Every readable `driver/calls/<n>.json`, slimmed (bodies dropped after reading), by index."""
+    calls = []
+    for key in store.list(layout.driver_calls):
+        data = read_record(store, key, DriverCallRecord) if _DRIVER_CALL_KEY.search(key) else None
+        if data is not None:
+            calls.append(DriverCall.from_record(data))
+    return tuple(sorted(calls, key=lambda c: c.index))
+
+
+def load_agent_events(store: ObjectStore, layout: RunLayout) -> tuple[dict[str, Any], ...] | None:
+    try:
+        raw = store.get_bytes(layout.agent_trajectory)
+    except NotFoundError:
+        return None
+    return tuple(stream_events(raw))
 
 
 def _str(value: object) -> str | None:

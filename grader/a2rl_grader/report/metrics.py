@@ -28,35 +28,17 @@ from a2rl.records.report import (
 )
 from a2rl.scores import SCORE_DIGITS, Scored, summarize
 from a2rl.tracing.spans import timeline
+from a2rl_grader.report.driver import driver_section
 from a2rl_grader.report.history import Revision, RunHistory, Submission
+from a2rl_grader.report.times import RATIO_DIGITS, SECONDS_DIGITS, iso, origin, seconds_since
+from a2rl_grader.report.tool_calls import trajectory_section
 
-SECONDS_DIGITS = 3
-RATIO_DIGITS = 4
 MAX_PATHS_PER_REVISION = 20
 MAX_ERROR_CHARS = 120
 
 
 def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(float(value), digits)
-
-
-def iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def origin(history: RunHistory) -> datetime | None:
-    """Time zero of every `*_s` metric: run.json `started_at`, else the earliest recorded event."""
-    if history.run.started_at is not None:
-        return history.run.started_at
-    times = [s.submitted_at for s in history.submissions if s.submitted_at is not None]
-    times += [r.created_at for r in history.revisions if r.created_at is not None]
-    return min(times) if times else None
-
-
-def seconds_since(start: datetime | None, moment: datetime | None) -> float | None:
-    if start is None or moment is None:
-        return None
-    return round((moment - start).total_seconds(), SECONDS_DIGITS)
 
 
 def last_activity(history: RunHistory) -> datetime | None:
@@ -295,9 +277,16 @@ def build_report(history: RunHistory, spans: Sequence[Mapping[str, Any]] = ()) -
     """The report document (report.json). Headline numbers are repeated at the top level.
 
     `spans`: the run's trace (`traces.jsonl` records); its top-level steps become `timeline`.
-    Every field is set (null ones included), so report.json has every key.
+    Every field is set (null ones included), so report.json has every key — but `driver` and
+    `trajectory`, set only for a run with driver records / an agent stack's event stream, so that
+    reports of other runs stay as they were.
     """
     metrics = compute_metrics(history)
+    agent_sections = {
+        key: section
+        for key, section in (("driver", driver_section(history)), ("trajectory", trajectory_section(history)))
+        if section is not None
+    }
     return ReportRecord(
         schema_version=REPORT_SCHEMA_VERSION,
         run=run_section(history),
@@ -313,6 +302,7 @@ def build_report(history: RunHistory, spans: Sequence[Mapping[str, Any]] = ()) -
         submissions=submission_rows(history),
         revisions=revision_rows(history),
         timeline=ReportTimeline.model_validate(timeline(spans)),
+        **agent_sections,
     )
 
 

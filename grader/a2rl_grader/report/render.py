@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import html
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from a2rl.constants import BASELINE_INDEX
-from a2rl.records.report import ReportRecord, ReportTimeline
+from a2rl.records.report import ReportDriver, ReportRecord, ReportTimeline, ReportTrajectory
 from a2rl.records.result import TAMPERED_ERROR, tampered_line
+from a2rl.trajectory.events import TRAINING
 from a2rl_grader.report.history import RunHistory
-from a2rl_grader.report.metrics import baseline_score, best_submission, origin, seconds_since
+from a2rl_grader.report.metrics import baseline_score, best_submission
+from a2rl_grader.report.times import origin, seconds_since
+from a2rl_grader.report.tool_calls import TIMING_DRIVER, TIMING_STREAM, agent_tool_calls
 
 SHORT_DIGEST = 12
+#: Tool calls listed in the "Agent trajectory" table and on the timeline (all are in report.json).
+MAX_TOOL_CALL_ROWS = 200
 
 # (metric key, label, unit) in the order of the metrics table.
 METRIC_ROWS: tuple[tuple[str, str, str], ...] = (
@@ -139,19 +145,61 @@ def metric_table_rows(report: ReportRecord) -> list[list[str]]:
 
 
 def timeline_rows(report: ReportRecord) -> list[list[str]]:
-    """Top-level steps of the run's trace (`report.timeline`; absent in older reports)."""
+    """Top-level steps of the run's trace (`report.timeline`; absent in older reports), with the
+    agent's timed tool calls (`report.trajectory`) among them by start."""
     steps = report.timeline.steps if report.timeline is not None else []
-    return [
-        [
-            str(step.name) + (f" #{step.submission}" if step.submission is not None else ""),
-            fmt(step.service),
-            fmt(step.start_offset_s),
-            fmt(step.duration_s),
-            fmt(step.status),
-            fmt(step.child_spans),
-        ]
+    rows = [
+        (
+            step.start_offset_s if step.start_offset_s is not None else 0.0,
+            [
+                str(step.name) + (f" #{step.submission}" if step.submission is not None else ""),
+                fmt(step.service),
+                fmt(step.start_offset_s),
+                fmt(step.duration_s),
+                fmt(step.status),
+                fmt(step.child_spans),
+            ],
+        )
         for step in steps
     ]
+    if rows and report.timeline is not None:
+        rows += tool_call_timeline_rows(report.trajectory, report.timeline.started_at)
+    return [row for _start, row in sorted(rows, key=lambda r: r[0])]
+
+
+def tool_call_timeline_rows(
+    trajectory: ReportTrajectory | None, started_at: str | None
+) -> list[tuple[float, list[str]]]:
+    """(seconds from the trace's start, row) of each timed tool call, the first MAX_TOOL_CALL_ROWS."""
+    start = _parse(started_at)
+    if trajectory is None or start is None:
+        return []
+    rows = []
+    for call in trajectory.calls[:MAX_TOOL_CALL_ROWS]:
+        at = _parse(call.at)
+        if at is not None:
+            offset = round((at - start).total_seconds(), 3)
+            rows.append(
+                (
+                    offset,
+                    [
+                        f"tool call {call.index}: {call.kind}",
+                        f"agent ({call.tool})",
+                        fmt(offset),
+                        "-",
+                        "-",
+                        "-",
+                    ],
+                )
+            )
+    return rows
+
+
+def _parse(value: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if value else None
+    except ValueError:
+        return None
 
 
 def timeline_note(report: ReportRecord) -> str:
@@ -162,9 +210,102 @@ def timeline_note(report: ReportRecord) -> str:
     )
 
 
+def driver_rows(driver: ReportDriver) -> list[list[str]]:
+    refused = ", ".join(f"{reason} {n}" for reason, n in driver.refused.items())
+    budget = driver.budget
+    limits = [
+        f"{budget.driver_tokens} tokens ({fmt(budget.tokens_used_ratio)} used)"
+        if budget.driver_tokens
+        else "",
+        f"${budget.driver_cost_usd} ({fmt(budget.cost_used_ratio)} used)" if budget.driver_cost_usd else "",
+    ]
+    exhausted = (
+        f"yes, at {fmt(budget.exhausted_s, 's')} ({budget.reason}); {budget.refused_calls} calls refused"
+        if budget.exhausted
+        else "no"
+    )
+    return [
+        ["Driver", f"{fmt(driver.provider)} {fmt(driver.model)}"],
+        [
+            "Calls",
+            f"{driver.calls} ({driver.errors} errors, {driver.refused_calls} refused"
+            + (f": {refused})" if refused else ")"),
+        ],
+        [
+            "Tokens in / out / cached",
+            f"{driver.input_tokens} / {driver.output_tokens} / {driver.cached_tokens}",
+        ],
+        ["Cache writes, reasoning tokens", f"{driver.cache_write_tokens}, {driver.reasoning_tokens}"],
+        [
+            "Cost",
+            f"${fmt_usd(driver.cost_usd)}"
+            + (f" (no price: {', '.join(driver.unpriced_models)})" if driver.unpriced_models else ""),
+        ],
+        ["Latency p50 / p95", f"{fmt(driver.latency_p50_s, 's')} / {fmt(driver.latency_p95_s, 's')}"],
+        [
+            "First byte p50 / p95",
+            f"{fmt(driver.first_byte_p50_s, 's')} / {fmt(driver.first_byte_p95_s, 's')}",
+        ],
+        ["First / last call", f"{fmt(driver.first_call_s, 's')} / {fmt(driver.last_call_s, 's')}"],
+        ["Budget", " and ".join(x for x in limits if x) or "no limit"],
+        ["Budget exhausted", exhausted],
+    ]
+
+
+def fmt_usd(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def driver_model_rows(driver: ReportDriver) -> list[list[str]]:
+    return [
+        [
+            fmt(row.model),
+            fmt(row.calls),
+            fmt(row.errors),
+            fmt(row.input_tokens),
+            fmt(row.output_tokens),
+            fmt(row.cached_tokens),
+            f"${fmt_usd(row.cost_usd)}",
+            fmt(row.latency_p50_s),
+            fmt(row.latency_p95_s),
+        ]
+        for row in driver.per_model
+    ]
+
+
+TIMING_NOTES = {
+    TIMING_STREAM: "times from the stream",
+    TIMING_DRIVER: "the stream has no times: each call is placed at the end of the driver call asking for it",
+}
+
+
+def trajectory_note(trajectory: ReportTrajectory) -> str:
+    tools = ", ".join(f"{name} {n}" for name, n in trajectory.tools.items()) or "none"
+    timing = TIMING_NOTES.get(str(trajectory.timing), "no times")
+    shown = len(trajectory.calls)
+    more = f"; the first {MAX_TOOL_CALL_ROWS} are listed" if shown > MAX_TOOL_CALL_ROWS else ""
+    return (
+        f"{trajectory.stack}: {trajectory.tool_calls} tool calls in {trajectory.events} stream events "
+        f"(agent/trajectory.jsonl); tools: {tools}; {timing}{more}."
+    )
+
+
+def kind_rows(trajectory: ReportTrajectory) -> list[list[str]]:
+    return [[kind, str(n)] for kind, n in trajectory.kinds.items()]
+
+
+def tool_call_rows(trajectory: ReportTrajectory) -> list[list[str]]:
+    return [
+        [str(c.index), fmt(c.elapsed_s), fmt(c.kind), fmt(c.tool), fmt(c.detail)]
+        for c in trajectory.calls[:MAX_TOOL_CALL_ROWS]
+    ]
+
+
 SUBMISSION_HEADER = ["#", "min", "score", "valid", "best so far", "model", "code rev"]
 TIMELINE_HEADER = ["step", "service", "start s", "duration s", "status", "spans under it"]
 REVISION_HEADER = ["rev", "min", "reason", "files", "vs previous", "bytes", "paths"]
+DRIVER_MODEL_HEADER = ["model", "calls", "errors", "in", "out", "cached", "cost", "p50 s", "p95 s"]
+TOOL_CALL_HEADER = ["#", "s", "kind", "tool", "detail"]
 
 
 NO_SANDBOX_LINE = (
@@ -203,6 +344,7 @@ def render_markdown(report: ReportRecord) -> str:
     else:
         lines.append("No code revisions recorded.")
     lines += ["", "## Metrics", "", *_table(["metric", "value"], metric_table_rows(report)), ""]
+    lines += driver_markdown(report.driver) + trajectory_markdown(report.trajectory)
     lines += ["## Timeline", ""]
     if timeline_rows(report):
         lines += [timeline_note(report), "", *_table(TIMELINE_HEADER, timeline_rows(report)), ""]
@@ -215,6 +357,25 @@ def render_markdown(report: ReportRecord) -> str:
         lines.append("")
     lines += ["![score trajectory](trajectory.png)", ""]
     return "\n".join(lines)
+
+
+def driver_markdown(driver: ReportDriver | None) -> list[str]:
+    if driver is None:
+        return []
+    lines = ["## Driver", "", *_table(["", ""], driver_rows(driver)), ""]
+    if driver.per_model:
+        lines += [*_table(DRIVER_MODEL_HEADER, driver_model_rows(driver)), ""]
+    return lines
+
+
+def trajectory_markdown(trajectory: ReportTrajectory | None) -> list[str]:
+    if trajectory is None:
+        return []
+    lines = ["## Agent trajectory", "", trajectory_note(trajectory), ""]
+    lines += [*_table(["kind", "tool calls"], kind_rows(trajectory)), ""]
+    if trajectory.calls:
+        lines += [*_table(TOOL_CALL_HEADER, tool_call_rows(trajectory)), ""]
+    return lines
 
 
 def _html_table(header: list[str], rows: list[list[str]]) -> str:
@@ -252,6 +413,8 @@ def render_html(report: ReportRecord, png_name: str = "trajectory.png") -> str:
         else "<p>No code revisions recorded.</p>",
         "<h2>Metrics</h2>",
         _html_table(["metric", "value"], metric_table_rows(report)),
+        *driver_html(report.driver),
+        *trajectory_html(report.trajectory),
         "<h2>Timeline</h2>",
         f"<p>{html.escape(timeline_note(report))}</p>" + _html_table(TIMELINE_HEADER, timeline_rows(report))
         if timeline_rows(report)
@@ -259,6 +422,28 @@ def render_html(report: ReportRecord, png_name: str = "trajectory.png") -> str:
         "</body></html>\n",
     ]
     return "\n".join(parts)
+
+
+def driver_html(driver: ReportDriver | None) -> list[str]:
+    if driver is None:
+        return []
+    parts = ["<h2>Driver</h2>", _html_table(["", ""], driver_rows(driver))]
+    if driver.per_model:
+        parts.append(_html_table(DRIVER_MODEL_HEADER, driver_model_rows(driver)))
+    return parts
+
+
+def trajectory_html(trajectory: ReportTrajectory | None) -> list[str]:
+    if trajectory is None:
+        return []
+    parts = [
+        "<h2>Agent trajectory</h2>",
+        f"<p>{html.escape(trajectory_note(trajectory))}</p>",
+        _html_table(["kind", "tool calls"], kind_rows(trajectory)),
+    ]
+    if trajectory.calls:
+        parts.append(_html_table(TOOL_CALL_HEADER, tool_call_rows(trajectory)))
+    return parts
 
 
 def render_trajectory_png(history: RunHistory, path: Path) -> None:
@@ -305,6 +490,17 @@ def render_trajectory_png(history: RunHistory, path: Path) -> None:
             color="tab:red",
             markersize=9,
             label="invalid submission",
+        )
+    launches = [seconds_since(t0, c.at) for c in agent_tool_calls(history)[0] if c.kind == TRAINING]
+    launch_minutes = [s / 60 for s in launches if s is not None]
+    if launch_minutes:  # at the bottom of the axes, whatever the scores' range
+        ax.plot(
+            launch_minutes,
+            [0.02] * len(launch_minutes),
+            "^",
+            color="tab:orange",
+            transform=ax.get_xaxis_transform(),
+            label="training launch",
         )
     if base is not None:
         ax.axhline(base, color="gray", linestyle="--", label=f"baseline {base:.4g}")
