@@ -45,8 +45,7 @@ from a2rl.errors import A2rlError
 from a2rl.integrity import new_key
 from a2rl.launch import run_a2rl
 from a2rl.models.resolve import resolve_base_model
-from a2rl.records.base import load_record, read_record, write_record
-from a2rl.records.driver import DriverSummary
+from a2rl.records.base import load_record, write_record
 from a2rl.records.report import ReportRecord
 from a2rl.records.result import ResultRecord, checked_result, seal_result, tampered_line
 from a2rl.records.run import run_record
@@ -66,6 +65,7 @@ from a2rl.workspace import (
     update_run_meta,
 )
 from a2rl_runner.agent_stack import driver_key, stack_command, start_gateway, trajectory_bytes
+from a2rl_runner.driver_usage import driver_line, metered, read_driver_summary
 from a2rl_runner.printing import fmt_score, progress_line, summarize, summary_lines
 from a2rl_runner.sandbox.policy import AGENT_HOME
 from a2rl_runner.sandbox.setup import Bubblewrap, RunSandbox, check_bubblewrap
@@ -499,7 +499,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
     ):
         say(line)
     if prep.stack is not None:
-        say(_driver_line(prep))
+        say(driver_line(read_driver_summary(prep.store, prep.layout)))
     if error is not None:
         raise error
     return RunOutcome(
@@ -558,16 +558,6 @@ def _start_gateway(
     assert driver is not None
     say(f"[a2rl] driver gateway up: {driver.provider} {driver.model} (the agent holds a per-run token)")
     return gateway
-
-
-def _driver_line(prep: _Prepared) -> str:
-    summary = read_record(prep.store, prep.layout.driver_summary, DriverSummary)
-    if summary is None:
-        return "driver      no calls recorded"
-    return (
-        f"driver      {summary.calls} calls, {summary.input_tokens} in / {summary.output_tokens} out / "
-        f"{summary.cached_tokens} cached tokens, ${summary.cost_usd:.4f}"
-    )
 
 
 def _sandbox(prep: _Prepared, port: int, cwd: Path, gateway_port: int | None = None) -> RunSandbox:
@@ -635,6 +625,7 @@ def _write_run_json(prep: _Prepared, **times: Any) -> None:
         evaluator_version=prep.evaluator_version,
         sandbox=prep.sandbox_label,
         **times,
+        **metered(read_driver_summary(prep.store, prep.layout)),
     )
     write_record(prep.store, prep.layout.run_json, record)
 
