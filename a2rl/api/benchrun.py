@@ -31,6 +31,7 @@ from a2rl.constants import (
     ENV_SEED,
     WORKSPACE_MOUNT,
 )
+from a2rl.protocols import DEFAULT_PROTOCOL, ENV_EVAL_PROTOCOL, EvalProtocol
 from a2rl.stacks import (
     STACK_NAMES,
     STACKS,
@@ -513,12 +514,26 @@ class EvaluationSpec(ApiModel):
             "`A2RL_JUDGE_*` environment of `a2rl run`). Set only in evaluation, never for the agent."
         ),
     )
+    protocol: EvalProtocol = Field(
+        default=DEFAULT_PROTOCOL,
+        description=(
+            "Evaluation protocol: `reference` reproduces the reference implementation's evaluation "
+            "and agent instructions (RD-Agent autorl_bench + OpenCompass 0.5.1), so scores compare "
+            "with the paper; `a2rl` is a2rl's corrected protocol (docs/tasks.md lists each "
+            "correction). Part of the evaluator version, hence of the baseline cache key."
+        ),
+    )
 
     def judge_env(self) -> dict[str, str]:
         """`A2RL_JUDGE_BASE_URL`/`A2RL_JUDGE_MODEL` of the evaluation process (empty: no per-run judge)."""
         if self.judge is None:
             return {}
         return {ENV_JUDGE_BASE_URL: self.judge.base_url, ENV_JUDGE_MODEL: self.judge.model}
+
+    def settings_env(self) -> dict[str, str]:
+        """The evaluation process's settings from the spec: the run's judge (`judge_env`) and the
+        protocol (`A2RL_EVAL_PROTOCOL`, which `get_task` and `a2rl eval` read)."""
+        return {**self.judge_env(), ENV_EVAL_PROTOCOL: self.protocol}
 
 
 class StoreSpec(ApiModel):
@@ -685,6 +700,10 @@ class BenchRunStatus(ApiModel):
     )
     best_submission: int | None = Field(default=None, ge=0, description="Index of the best submission.")
     improvement: float | None = Field(default=None, description="`bestScore - baselineScore`.")
+    protocol: EvalProtocol | None = Field(
+        default=None,
+        description="The evaluation protocol the scores are computed under (`spec.evaluation.protocol`).",
+    )
     driver_tokens: int | None = Field(
         default=None, ge=0, description="Driver tokens the agent's stack used so far (input + output)."
     )

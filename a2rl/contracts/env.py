@@ -123,7 +123,7 @@ def agent_cwd(spec: BenchRunSpec, ws: Workspace) -> Path:
 def eval_environ(spec: BenchRunSpec, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of the run's evaluations (baseline and submissions): the runner's, with the
     run's own judge (`spec.evaluation.judge`) over any `A2RL_JUDGE_*` it has."""
-    return {**(os.environ if environ is None else environ), **spec.evaluation.judge_env()}
+    return {**(os.environ if environ is None else environ), **spec.evaluation.settings_env()}
 
 
 def recorder_env(

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
+
 
 @dataclass(frozen=True)
 class SetupParams:
@@ -17,6 +19,8 @@ class SetupParams:
     base_model_name: str
     seed: int
     grace_s: int
+    #: `spec.evaluation.protocol`: which description the agent gets, which data are staged.
+    protocol: EvalProtocol = DEFAULT_PROTOCOL
 
 
 def setup_argv(params: SetupParams) -> list[str]:
@@ -27,4 +31,5 @@ def setup_argv(params: SetupParams) -> list[str]:
         "--base-model-name", params.base_model_name,
         "--seed", str(params.seed),
         "--grace-seconds", str(params.grace_s),
+        "--protocol", params.protocol,
     ]  # fmt: skip

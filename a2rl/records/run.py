@@ -64,6 +64,8 @@ class RunRecord(Record):
     end_reason: str | None = None
     agent_exit_code: int | None = None
     evaluator_version: str | None = None
+    #: `spec.evaluation.protocol` (`reference` | `a2rl`); None in records written before it existed.
+    protocol: str | None = None
     mode: str | None = None
     #: What isolated the agent: e.g. "bubblewrap 0.8.0" (local sandbox), "pod" (cluster), or
     #: "none" (`a2rl run --no-sandbox`: the report warns).
@@ -113,6 +115,7 @@ def run_record(
         end_reason=end_reason,
         agent_exit_code=agent_exit_code,
         evaluator_version=evaluator_version,
+        protocol=spec.evaluation.protocol,
         mode=mode,
         sandbox=sandbox,
         **metered,

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from a2rl_cli.protocol_arg import add_protocol_arg
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("data", help="stage task data (agent-visible train split + held-out split)")
@@ -30,6 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(only when the hub is reachable), or 'builtin' where the task ships its data",
     )
     s.add_argument("--seed", type=int, default=0, help="staging seed (tasks with generated data)")
+    add_protocol_arg(s)
     dest = s.add_mutually_exclusive_group()
     dest.add_argument("--out", type=Path, default=None, help="write <OUT>/train and <OUT>/heldout here")
     dest.add_argument(
@@ -71,7 +74,7 @@ def _stage_checked(args: argparse.Namespace) -> int:
     from a2rl.local_keys import heldout_secret
     from a2rl.store.open import open_store
 
-    task = get_task(args.task)
+    task = get_task(args.task, protocol=args.protocol)
     if args.seed < 0:
         raise A2rlError("--seed must be 0 or more")
     secret = heldout_secret(args.heldout_secret_file) if task.secret_heldout else None

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from a2rl_cli.protocol_arg import add_protocol_arg, chosen_protocol
+
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
@@ -45,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     f.add_argument("--task", required=True, help="task id, e.g. arith")
     f.add_argument("--seed", type=int, default=0, help="the staging seed (default 0)")
+    add_protocol_arg(f, from_env=True)
     f.add_argument("--store", required=True, help="store URI (file:///… or s3://bucket/prefix)")
     f.add_argument("--dest", type=Path, required=True, help="directory to write the artifact into")
     f.set_defaults(func=_fetch_heldout)
@@ -58,6 +61,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="auto")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N held-out items")
     p.add_argument("--batch-size", type=int, default=None, help="generation batch (transformers backend)")
+    add_protocol_arg(p, from_env=True)
 
 
 def _setup(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -71,7 +75,7 @@ def _setup(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         from a2rl.errors import A2rlError
 
         raise A2rlError("--limit must be at least 1")
-    task = get_task(args.task)
+    task = get_task(args.task, protocol=chosen_protocol(args))
     store = open_store(args.store)
     layout = RunLayout.from_prefix(args.run_prefix)
     options = EvalOptions(backend=args.backend, limit=args.limit, batch_size=args.batch_size)
@@ -136,7 +140,7 @@ def _fetch_heldout(args: argparse.Namespace) -> int:
 
     from a2rl.store.open import open_store
 
-    task = get_task(args.task)
+    task = get_task(args.task, protocol=chosen_protocol(args))
     manifest = fetch_heldout(open_store(args.store), task, args.seed, args.dest)
     key = heldout_key(task, args.seed)
     print(f"held-out data {key}: {len(manifest.files)} file(s), digest {manifest.digest}")

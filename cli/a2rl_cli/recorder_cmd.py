@@ -7,6 +7,8 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
+from a2rl.protocols import DEFAULT_PROTOCOL, PROTOCOLS
+
 if TYPE_CHECKING:
     from a2rl_recorder.config import RecorderConfig
 
@@ -30,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--base-model-name", required=True, help="spec.baseModel.name (models/<name>/)")
     st.add_argument("--seed", type=int, default=0, help="spec.seed: which staged data split (default 0)")
     st.add_argument("--grace-seconds", type=int, default=30, help="spec.budget.graceSeconds (instructions)")
+    st.add_argument(
+        "--protocol", choices=PROTOCOLS, default=DEFAULT_PROTOCOL, help="spec.evaluation.protocol"
+    )
     st.set_defaults(func=_setup)
 
 
@@ -93,6 +98,7 @@ def _setup(args: argparse.Namespace) -> int:
         base_model_name=args.base_model_name,
         seed=args.seed,
         grace_s=args.grace_seconds,
+        protocol=args.protocol,
     )
     dispatcher = cluster_dispatcher(config, store)
     assert isinstance(dispatcher, ClusterDispatcher)

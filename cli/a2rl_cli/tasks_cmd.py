@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from a2rl_cli.protocol_arg import add_protocol_arg
+
 # The paper's six tasks (level, metric), shown even before their evaluator exists here.
 PAPER_TASKS: dict[str, tuple[str, str]] = {
     "gsm8k": ("L1", "accuracy (%)"),
@@ -32,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     d = tsub.add_parser("describe", help="print the agent-facing description.md of TASK")
     d.add_argument("task", help="task id (see `a2rl tasks list`)")
+    add_protocol_arg(d)
     d.set_defaults(func=_describe)
 
     s = tsub.add_parser(
@@ -54,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("--json", action="store_true", help='print {"score", "n", "correct", "metrics", …}')
     s.add_argument("--details", type=Path, default=None, help="also write per-item records (JSONL) here")
+    add_protocol_arg(s)
     s.set_defaults(func=_score)
 
 
@@ -114,7 +118,7 @@ def _list(args: argparse.Namespace) -> int:
 def _describe(args: argparse.Namespace) -> int:
     from a2rl_tasks import get_task
 
-    print(get_task(args.task).description(), end="")
+    print(get_task(args.task, protocol=args.protocol).description(), end="")
     return 0
 
 
@@ -162,13 +166,14 @@ def _write_details(path: Path, details: list[dict[str, Any]]) -> None:
 def _score(args: argparse.Namespace) -> int:
     from a2rl_tasks import get_task
 
-    task = get_task(args.task)
+    task = get_task(args.task, protocol=args.protocol)
     result = score_task(task, args.predictions, args.references)
     if args.details is not None:
         _write_details(args.details, result.details)
     if args.json:
         out = {
             "task": task.name,
+            "protocol": task.protocol,
             "score": round(result.score, 4),
             "n": result.n,
             "correct": result.correct,

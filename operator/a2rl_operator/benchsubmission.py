@@ -47,6 +47,7 @@ from a2rl.constants import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
 )
+from a2rl.protocols import EvalProtocol
 from a2rl.runs import parse_time
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.spans import ATTR_SUBMISSION_INDEX
@@ -110,8 +111,8 @@ def _baseline_cache_key(task: str, model_digest: str, limit: int | None, eval_en
     return baseline_cache_key(get_task(task, eval_env), model_digest, limit)
 
 
-def _heldout_key(task: str, seed: int) -> str:
-    return heldout_key(get_task(task), seed)
+def _heldout_key(task: str, seed: int, protocol: EvalProtocol) -> str:
+    return heldout_key(get_task(task, protocol=protocol), seed)
 
 
 def _pod_detail(kube: Kube, namespace: str, job_name: str) -> tuple[str | None, Body | None]:
@@ -208,7 +209,7 @@ def _start(kube: Kube, config: OperatorConfig, ctx: _Context, logger: Logger) ->
             refresh_aggregate(kube, ns, ctx.spec.run_name)
             return
     task, seed = ctx.run_spec.task, ctx.run_spec.seed
-    heldout = _heldout_key(task, seed)
+    heldout = _heldout_key(task, seed, ctx.run_spec.evaluation.protocol)
     if not grading.heldout_pvc and not store.has_artifact(heldout):
         command = f"a2rl data stage {task} --seed {seed} --store {ctx.store_uri}"
         message = f"held-out data not staged at {store.url(heldout)}: run `{command}`"

@@ -17,6 +17,7 @@ import kopf
 
 from a2rl.api.benchrun import BenchRunStatus
 from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_KIND, COND_ACCEPTED, COND_AGENT_RUNNING
+from a2rl.protocols import spec_protocol
 from a2rl.runs import parse_time
 from a2rl_operator import status as st
 from a2rl_operator.kube import Kube
@@ -94,6 +95,7 @@ def write_status(
                     "conditions": st.condition_models(new_conds),
                     "observed_generation": generation,
                     "phase": st.derive_phase(new_conds),
+                    "protocol": spec_protocol(current.get("spec")),
                 }
             )
             started = parse_time(st.agent_start_time(pod))

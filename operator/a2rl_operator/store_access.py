@@ -59,7 +59,8 @@ def read_only_prefixes(spec: BenchRunSpec) -> tuple[str, ...]:
     from a2rl_tasks.artifacts import store_prefix
     from a2rl_tasks.staging import TRAIN
 
-    return ("models", f"{store_prefix(get_task(spec.task), spec.seed)}/{TRAIN}")
+    task = get_task(spec.task, protocol=spec.evaluation.protocol)
+    return ("models", f"{store_prefix(task, spec.seed)}/{TRAIN}")
 
 
 def run_credentials(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Access:

@@ -79,7 +79,7 @@ def setup_workspace(
 ) -> SubmissionManifest:
     """Prepare `config.workspace` and record the baseline submission; returns its manifest."""
 
-    task = get_task(config.task)
+    task = get_task(config.task, protocol=params.protocol)
     layout = RunLayout.from_prefix(config.run_prefix)
     base_name = sanitize_model_name(params.base_model_name)
     say(f"[a2rl-setup] resolving base model {params.base_model_source}")

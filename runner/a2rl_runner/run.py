@@ -238,7 +238,8 @@ def prepare(
     spec = run.spec
     run_name = check_run_name(name or run.metadata.name)
     bwrap = check_bubblewrap() if sandbox else None
-    task = get_task(spec.task, envs.eval_environ(spec))  # its evaluator version names the judge
+    # its evaluator version names the judge and the protocol
+    task = get_task(spec.task, envs.eval_environ(spec), protocol=spec.evaluation.protocol)
     stack: InstalledStack | None = None
     key_env = key = None
     if spec.agent.stack is not None:

@@ -6,7 +6,7 @@ import importlib
 from collections.abc import Mapping
 
 from a2rl.errors import A2rlError
-from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
+from a2rl.protocols import EvalProtocol, protocol_from_env
 from a2rl_tasks.base import EvalResult, StagedData, Task
 
 # task id -> "module:ClassName"; modules are imported lazily (some need heavy packages).
@@ -32,15 +32,18 @@ def task_class(name: str) -> type[Task]:
 
 
 def get_task(
-    name: str, environ: Mapping[str, str] | None = None, *, protocol: EvalProtocol = DEFAULT_PROTOCOL
+    name: str, environ: Mapping[str, str] | None = None, *, protocol: EvalProtocol | None = None
 ) -> Task:
     """The task called `name`; a clear error listing the known ones otherwise.
 
     `environ`: the evaluation's settings (the judge, the search tool) when they are not this
     process's environment, e.g. a run's own judge (`spec.evaluation.judge`).
-    `protocol`: the evaluation protocol (`a2rl.protocols`), default `reference`.
+    `protocol`: the evaluation protocol (`a2rl.protocols`); None: the one `environ` names
+    (`A2RL_EVAL_PROTOCOL`, set from `spec.evaluation.protocol`), else `reference`.
     """
     cls = task_class(name)
+    if protocol is None:
+        protocol = protocol_from_env(environ)
     if environ is not None and cls.endpoint_env:
         return cls(environ=environ, protocol=protocol)
     return cls(protocol=protocol)

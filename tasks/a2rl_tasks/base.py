@@ -4,6 +4,16 @@ A task knows four things: how to stage its data (an agent-visible train split an
 split that never enters the workspace), what to tell the agent (`description.md`), how to
 evaluate a model on the held-out split, and which version of that evaluation it is (the
 baseline cache keys on it).
+
+Every task is built for one evaluation protocol (`a2rl.protocols`: `reference` reproduces the
+reference implementation, `a2rl` is ours). The protocol reaches three places:
+- the evaluator version: a task names it with `self.versioned(base)` (`gsm8k-2+reference`), so
+  the baseline cache and every result say which rules scored them;
+- the agent-facing description: `description.<protocol>.md` when the task ships one, else
+  `description.md` (override `description()` for anything else);
+- the staged data, only for a task that sets `protocol_data = True` (its agent-visible or
+  held-out data differ by protocol): its `data_version` then carries `+<protocol>`, so the
+  staging cache directory, the store prefix and the manifests keep the two apart.
 """
 
 from __future__ import annotations
@@ -61,6 +71,9 @@ class Task(ABC):
     #: a secret (`a2rl_tasks.staging.heldout_seed`), so public code and the public seed do not
     #: regenerate it; the train split still comes from the public seed alone.
     secret_heldout: ClassVar[bool] = False
+    #: The staged data (agent-visible or held-out) depend on the protocol: `data_version`
+    #: becomes `<data_version>+<protocol>` (see the module docstring).
+    protocol_data: ClassVar[bool] = False
 
     def __init__(
         self, environ: Mapping[str, str] | None = None, *, protocol: EvalProtocol = DEFAULT_PROTOCOL
@@ -69,6 +82,13 @@ class Task(ABC):
         `protocol`: `reference` (the paper's rules) or `a2rl` (ours), see `a2rl.protocols`."""
         del environ
         self.protocol: EvalProtocol = protocol
+        if self.protocol_data:
+            self.data_version = f"{type(self).data_version}+{protocol}"
+
+    def versioned(self, base: str) -> str:
+        """`base` (e.g. `gsm8k-2`) with this task's protocol: `gsm8k-2+reference`. Every task's
+        `evaluator_version` is built with it, so results of the two protocols never mix."""
+        return f"{base}+{self.protocol}"
 
     @abstractmethod
     def stage(
@@ -85,9 +105,12 @@ class Task(ABC):
         """Score a loaded model on the held-out split."""
 
     def description(self) -> str:
-        """The agent-facing `description.md` (English, consistent with `evaluate`)."""
-        pkg = type(self).__module__.rsplit(".", 1)[0]
-        return resources.files(pkg).joinpath("description.md").read_text()
+        """The agent-facing description (English, consistent with `evaluate` under this task's
+        protocol): `description.<protocol>.md` of the task's package when it exists, else
+        `description.md`."""
+        pkg = resources.files(type(self).__module__.rsplit(".", 1)[0])
+        specific = pkg.joinpath(f"description.{self.protocol}.md")
+        return (specific if specific.is_file() else pkg.joinpath("description.md")).read_text()
 
     def default_generation_batch(self) -> int:
         return 32

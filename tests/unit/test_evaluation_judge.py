@@ -13,6 +13,7 @@ from a2rl.api.benchrun import BenchRun
 from a2rl.api.docgen import EXAMPLE
 from a2rl.constants import ENV_JUDGE_API_KEY, ENV_JUDGE_BASE_URL, ENV_JUDGE_MODEL
 from a2rl.contracts.env import agent_env, eval_environ, recorder_env
+from a2rl.protocols import ENV_EVAL_PROTOCOL
 from a2rl.store.layout import RunLayout
 from a2rl.workspace import Workspace
 
@@ -64,9 +65,9 @@ def test_the_runs_judge_reaches_local_evaluations_but_never_the_agent() -> None:
         ENV_JUDGE_MODEL: "judge-7b",
     }
     # Its evaluator version (run.json, the baseline cache key) names the run's judge.
-    assert get_task("alpacaeval", baseline).evaluator_version == "alpacaeval-1+judge-judge-7b"
-    # Without a judge in the spec the runner's environment is used as is.
-    assert eval_environ(_run().spec, RUNNER_ENV) == RUNNER_ENV
+    assert get_task("alpacaeval", baseline).evaluator_version == "alpacaeval-2+reference+judge-judge-7b"
+    # Without a judge in the spec the runner's environment is used, plus the run's protocol.
+    assert eval_environ(_run().spec, RUNNER_ENV) == {**RUNNER_ENV, ENV_EVAL_PROTOCOL: "reference"}
     # The agent sees no judge setting, whatever environment the runner (or recorder) has.
     for environ in (RUNNER_ENV, recorder):
         env = agent_env(run.spec, ws, "http://127.0.0.1:1", environ)

@@ -179,6 +179,7 @@ def test_heldout_and_judge_key_are_mounted_only_in_the_eval_pod() -> None:
     assert not any(e["name"] == ENV_JUDGE_API_KEY for e in fetch["env"])
     assert {"name": "heldout", "mountPath": HELDOUT_DIR, "readOnly": True} in ev["volumeMounts"]
     assert fetch["command"] == ["a2rl", "eval", "fetch-heldout", "--task", "arith", "--seed", "0",
+                                "--protocol", "reference",
                                 "--store", STORE, "--dest", HELDOUT_DIR]  # fmt: skip
     # The workspace (agent + recorder) has neither the held-out data nor the judge key.
     workspace = json.dumps(children(run, OperatorConfig(store_uri=STORE)))
@@ -668,8 +669,8 @@ def test_baseline_cache_key_and_run_json_name_the_runs_judge() -> None:
     default = parse_spec(benchrun(task="alpacaeval"))
     key_own = _baseline_cache_key("alpacaeval", "d" * 64, None, grading.run_eval_env(own))
     key_default = _baseline_cache_key("alpacaeval", "d" * 64, None, grading.run_eval_env(default))
-    assert key_own.endswith("/alpacaeval-1+judge-judge-7b.json")
-    assert key_default.endswith("/alpacaeval-1+judge-default-judge.json")
+    assert key_own.endswith("/alpacaeval-2+reference+judge-judge-7b.json")
+    assert key_default.endswith("/alpacaeval-2+reference+judge-default-judge.json")
     # What the eval process computes from its own environment (the eval pod's env).
     pod_env = {
         e["name"]: e["value"]
@@ -678,8 +679,17 @@ def test_baseline_cache_key_and_run_json_name_the_runs_judge() -> None:
         ]
         if "value" in e
     }
-    assert get_task("alpacaeval", pod_env).evaluator_version == "alpacaeval-1+judge-judge-7b"
-    assert get_task("arith", pod_env).evaluator_version == "arith-1"
+    assert get_task("alpacaeval", pod_env).evaluator_version == "alpacaeval-2+reference+judge-judge-7b"
+    assert get_task("arith", pod_env).evaluator_version == "arith-1+reference"
+    # The run's protocol reaches the eval pod (A2RL_EVAL_PROTOCOL) and the operator's cache key alike.
+    ours = parse_spec(benchrun(task="alpacaeval", evaluation={"judge": JUDGE, "protocol": "a2rl"}))
+    key_ours = _baseline_cache_key("alpacaeval", "d" * 64, None, grading.run_eval_env(ours))
+    assert key_ours.endswith("/alpacaeval-2+a2rl+judge-judge-7b.json")
+    ours_run = benchrun(task="alpacaeval", evaluation={"judge": JUDGE, "protocol": "a2rl"})
+    ours_env = {
+        e["name"]: e["value"] for e in containers(build(ours_run, grading))["eval"]["env"] if "value" in e
+    }
+    assert get_task("alpacaeval", ours_env).evaluator_version == "alpacaeval-2+a2rl+judge-judge-7b"
 
 
 def test_tasks_that_call_a_judge_declare_its_endpoint() -> None:

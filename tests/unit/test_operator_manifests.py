@@ -309,6 +309,7 @@ def test_setup_container_prepares_the_workspace_before_the_recorder_with_the_rec
         "--base-model-name": spec.base_model.name,
         "--seed": "3",
         "--grace-seconds": str(spec.budget.grace_seconds),
+        "--protocol": spec.evaluation.protocol,
     }
     # The CLI parses exactly this command line.
     from a2rl_cli import build_parser

@@ -95,6 +95,7 @@ def old_run_json(run: BenchRun, layout: RunLayout, *, base_model_digest: str, ev
         "end_reason": None,
         "agent_exit_code": None,
         "evaluator_version": evaluator_version,
+        "protocol": spec.evaluation.protocol,  # new in run.json: the evaluation protocol
         "mode": "local",
         "sandbox": None,  # new in run.json: what isolated the agent
     }

@@ -210,7 +210,7 @@ def test_score_predictions_with_the_loopback_judge(judge: JudgeServer) -> None:
         # refs[5] missing: an empty output, judged (and loses)
     }
     task = get_task("alpacaeval")
-    assert task.evaluator_version == "alpacaeval-1+judge-loopback-judge"
+    assert task.evaluator_version == "alpacaeval-2+reference+judge-loopback-judge"
     result = task.score_predictions(preds, refs)
     assert judge.requests == 5
     by_id = {d["id"]: d for d in result.details}
@@ -260,7 +260,7 @@ def test_missing_judge_is_an_error_before_generation(monkeypatch: pytest.MonkeyP
     src = make_alpaca_dir(tmp_path / "src")
     staged = stage_artifacts(AlpacaEvalTask(), source=str(src), root=tmp_path / "staged")
     task = AlpacaEvalTask()
-    assert task.evaluator_version == "alpacaeval-1"
+    assert task.evaluator_version == "alpacaeval-2+reference"
     with pytest.raises(JudgeConfigError, match="A2RL_JUDGE_BASE_URL"):
         task.evaluate(CountingBackend(), staged.heldout_dir)
     with pytest.raises(JudgeConfigError):
@@ -291,7 +291,7 @@ def test_tasks_score_cli(judge: JudgeServer, tmp_path: Path, capsys: pytest.Capt
     out = json.loads(capsys.readouterr().out)
     assert out["task"] == "alpacaeval" and out["n"] == 3 and out["correct"] == 1
     assert out["metrics"]["missing"] == 2.0 and out["metrics"]["win_rate"] == pytest.approx(100 / 3, abs=1e-3)
-    assert out["evaluator_version"] == "alpacaeval-1+judge-loopback-judge"
+    assert out["evaluator_version"] == "alpacaeval-2+reference+judge-loopback-judge"
 
 
 def test_tasks_score_cli_without_judge_is_one_line(

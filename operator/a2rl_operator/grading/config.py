@@ -74,7 +74,7 @@ class GradingConfig:
     def run_eval_env(self, spec: BenchRunSpec) -> dict[str, str]:
         """The non-secret settings of the run's evaluations: the operator's, overridden by the
         run's own judge (`spec.evaluation.judge`)."""
-        return {**dict(self.eval_env), **spec.evaluation.judge_env()}
+        return {**dict(self.eval_env), **spec.evaluation.settings_env()}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> GradingConfig:

@@ -159,6 +159,7 @@ def fetch_command(spec: BenchRunSpec, target: EvalTarget) -> list[str]:
         "a2rl", "eval", "fetch-heldout",
         "--task", spec.task,
         "--seed", str(spec.seed),
+        "--protocol", spec.evaluation.protocol,
         "--store", target.store_uri,
         "--dest", HELDOUT_DIR,
     ]  # fmt: skip

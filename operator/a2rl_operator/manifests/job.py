@@ -184,6 +184,7 @@ def setup_container(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> M
         base_model_name=spec.base_model.name,
         seed=spec.seed,
         grace_s=spec.budget.grace_seconds,
+        protocol=spec.evaluation.protocol,
     )
     scratch = {
         "HOME": SETUP_SCRATCH_MOUNT,

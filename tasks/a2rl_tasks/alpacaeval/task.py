@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
-BASE_VERSION = "alpacaeval-1"
+BASE_VERSION = "alpacaeval-2"
 
 
 def build_prompts(backend: Any, instructions: list[str]) -> tuple[list[str], str]:
@@ -126,8 +126,9 @@ class AlpacaEvalTask(Task):
         # The judge model decides the score, so it is part of the version (and of the baseline
         # cache key): a different judge never reuses an old baseline.
         judge_model = judge_model_from_env(environ)
+        self.evaluator_version = self.versioned(BASE_VERSION)
         if judge_model:
-            self.evaluator_version = f"{BASE_VERSION}+judge-{version_tag(judge_model)}"
+            self.evaluator_version += f"+judge-{version_tag(judge_model)}"
 
     def stage(
         self, staged: StagedData, *, source: str | None = None, seed: int = 0, heldout_seed: int | None = None

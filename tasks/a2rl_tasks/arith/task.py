@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from a2rl.errors import A2rlError
 from a2rl.inference import GenerationRequest
+from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
 from a2rl_tasks.arith import data
 from a2rl_tasks.base import EvalResult, StagedData, Task
 from a2rl_tasks.common.gsm8k_scoring import score_record
@@ -16,6 +18,9 @@ from a2rl_tasks.common.numbers import QUESTION_CUT
 
 if TYPE_CHECKING:
     from a2rl.inference import InferenceBackend
+
+#: The evaluator's version; `evaluator_version` adds the protocol (`arith-1+reference`).
+BASE_VERSION = "arith-1"
 
 TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
@@ -43,9 +48,15 @@ class ArithTask(Task):
     name = "arith"
     level = "cpu"
     metric = "exact match (%)"
-    evaluator_version = "arith-1"
+    evaluator_version = BASE_VERSION
     data_version = "2"
     secret_heldout = True
+
+    def __init__(
+        self, environ: Mapping[str, str] | None = None, *, protocol: EvalProtocol = DEFAULT_PROTOCOL
+    ) -> None:
+        super().__init__(environ, protocol=protocol)
+        self.evaluator_version = self.versioned(BASE_VERSION)
 
     def stage(
         self, staged: StagedData, *, source: str | None = None, seed: int = 0, heldout_seed: int | None = None

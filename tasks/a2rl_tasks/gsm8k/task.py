@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from a2rl.errors import A2rlError
 from a2rl.inference import GenerationRequest
+from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
 from a2rl_tasks.base import EvalResult, StagedData, Task
 from a2rl_tasks.common.gsm8k_scoring import score_record, summarise
 from a2rl_tasks.common.jsonl import read_heldout, write_jsonl
@@ -16,6 +18,9 @@ from a2rl_tasks.gsm8k.prompting import MAX_NEW_TOKENS, STOP, chat_messages, plai
 
 if TYPE_CHECKING:
     from a2rl.inference import InferenceBackend
+
+#: The evaluator's version; `evaluator_version` adds the protocol (`gsm8k-2+reference`).
+BASE_VERSION = "gsm8k-2"
 
 TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
@@ -38,10 +43,16 @@ class GSM8KTask(Task):
     name = "gsm8k"
     level = "L1"
     metric = "accuracy (%)"
-    evaluator_version = "gsm8k-1"
+    evaluator_version = BASE_VERSION
     data_version = "1"
     #: No built-in data: staging needs `--source`.
     default_source: str | None = None
+
+    def __init__(
+        self, environ: Mapping[str, str] | None = None, *, protocol: EvalProtocol = DEFAULT_PROTOCOL
+    ) -> None:
+        super().__init__(environ, protocol=protocol)
+        self.evaluator_version = self.versioned(BASE_VERSION)
 
     def stage(
         self, staged: StagedData, *, source: str | None = None, seed: int = 0, heldout_seed: int | None = None

