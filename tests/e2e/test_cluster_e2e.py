@@ -32,13 +32,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from a2rl_gateway.app import READY_PREFIX
 from kubernetes import client
 
 from a2rl.constants import API_GROUP, API_VERSION, BENCHSUBMISSION_PLURAL, LABEL_COMPONENT, LABEL_RUN_UID
+from a2rl.paths import cache_dir
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import traceparent_from_annotations
 from a2rl.tracing.spans import collect_spans
+from tests.support.driver_server import DriverServer, Script
 from tests.support.grading_support import (
     STORE_URI,
     TOKEN_DIR,
@@ -276,3 +279,131 @@ def test_reference_agent_trains_submits_twice_and_the_run_is_graded_in_the_clust
     assert refused.value.status in (401, 403)
     assert get_sub(admin, ns, f"{name}-00001")["status"]["score"] == subs[1]["status"]["score"]
     assert get_run(admin, ns, name)["status"]["bestScore"] == best
+
+
+# --- a stack run: the driver gateway pod, played, and the real Claude Code through it -------------
+
+UPSTREAM_KEY = "sk-upstream-marker-c1u5t3r"  # stands for a real provider key
+STACK = "claude-code"
+
+
+def _read_line(log: Path, prefix: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> str:
+    from tests.testenv.controlplane import wait_for
+
+    def line() -> str | None:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        return next((x for x in log.read_text().splitlines() if x.startswith(prefix)), None)
+
+    found: str = wait_for(line, timeout=timeout, what=prefix)
+    return found
+
+
+def test_a_stack_run_drives_claude_code_through_its_gateway_pod_and_the_budget_ends_it(
+    operator: OperatorProcess,
+    admin: client.ApiClient,
+    store: ObjectStore,
+    make_namespace: Any,
+    tmp_path: Path,
+) -> None:
+    """Claude Code (the real CLI) in the agent container, the gateway in its own pod, both played
+    with their pod specs; the scripted driver is the upstream. The first call spends the driver
+    budget (1000 tokens), so the stack is refused its next call and stops: the run's AgentFinished
+    is `DriverBudgetExhausted`, `status.driverTokens` the gateway's total, the calls in MinIO
+    under the run's prefix (written with the run's own scoped keys) and the key nowhere."""
+    installed = cache_dir() / "agents" / f"{STACK}-2.1.331"
+    if not (installed / "node_modules" / ".bin" / "claude").exists():
+        pytest.skip(f"{STACK} is not installed in {installed} (a2rl run installs it on first use)")
+    ns = make_namespace(labels=RESTRICTED)
+    core = client.CoreV1Api(admin)
+    core.create_namespaced_secret(
+        ns, {"metadata": {"name": "driver-key"}, "stringData": {"key": UPSTREAM_KEY}}
+    )
+    script = Script.of(["echo played > code/hello.txt", "echo again > code/again.txt"])
+    with DriverServer(script, api_key=UPSTREAM_KEY) as driver:
+        name = run_name()
+        run = create_run(
+            admin,
+            ns,
+            name,
+            agent={"stack": STACK},
+            driver={
+                "provider": "anthropic",
+                "model": "scripted-1",
+                "baseUrl": driver.url,
+                "secretRef": {"name": "driver-key", "key": "key"},
+            },
+            budget={"wallTimeSeconds": 600, "graceSeconds": 5, "driverTokens": 1000},
+        )
+        uid = run["metadata"]["uid"]
+        layout = layout_of(run)
+
+        # The gateway pod: its container as a local process (the key file as the kubelet
+        # projects the Secret; any free port instead of 8080 on this shared machine).
+        gw_pod = running_pod(admin, ns, f"{LABEL_RUN_UID}={uid},{LABEL_COMPONENT}=gateway")
+        key_dir = tmp_path / "driver-key"
+        key_dir.mkdir()
+        (key_dir / "key").write_text(UPSTREAM_KEY)
+        gw = PodPlayer(admin, gw_pod, {"/tmp": tmp_path / "gw-tmp", "/var/run/secrets/driver": key_dir})
+        played_gw = gw.prepare("gateway")
+        assert played_gw.env["A2RL_GATEWAY_KEY_SOURCE"] == "file:/var/run/secrets/driver/key"
+        assert UPSTREAM_KEY not in json.dumps(played_gw.env)
+        env = {
+            **played_gw.env,
+            "A2RL_GATEWAY_KEY_SOURCE": f"file:{key_dir / 'key'}",
+            "A2RL_GATEWAY_PORT": "0",
+        }
+        gw_log = tmp_path / "gateway.log"
+        with gw_log.open("wb") as out:
+            gproc = subprocess.Popen(played_gw.argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            ready = _read_line(gw_log, READY_PREFIX, gproc)
+            port = int(ready.rsplit(":", 1)[1].split()[0])
+
+            # The workspace pod: set-up, then the agent container's generated command, with the
+            # Service's name resolved to the played gateway and the image's install directory.
+            pod = running_pod(admin, ns, f"{LABEL_RUN_UID}={uid},{LABEL_COMPONENT}=agent")
+            kubeconfig = serviceaccount_kubeconfig(
+                admin, ns, pod["spec"]["serviceAccountName"], tmp_path / "sa.kubeconfig"
+            )
+            ws_dir = tmp_path / "workspace"
+            ws = PodPlayer(
+                admin,
+                pod,
+                {"/workspace": ws_dir, "/tmp": tmp_path / "setup-scratch", TOKEN_DIR: tmp_path / "token"},
+                kubeconfig=kubeconfig,
+            )
+            setup = ws.run("setup", timeout=600)
+            assert setup.returncode == 0, setup.output
+            agent = ws.prepare("agent")
+            params = json.loads(agent.argv[3])
+            assert params["gateway"] == f"http://{name}-gateway.{ns}.svc:8080"
+            params.update(gateway=f"http://127.0.0.1:{port}", install_dir=str(installed))
+            argv = [*agent.argv[:3], json.dumps(params)]
+            agent_env = {**agent.env, "HOME": str(ws_dir / ".agent-home")}  # the image's ENV
+            assert UPSTREAM_KEY not in json.dumps(agent_env) and "AWS_SECRET_ACCESS_KEY" not in agent_env
+            done = subprocess.run(
+                argv, env=agent_env, cwd=agent.cwd, capture_output=True, text=True, timeout=300, check=False
+            )
+            output = done.stdout + done.stderr
+            assert (ws_dir / "code" / "hello.txt").read_text() == "played\n", output[-3000:]
+            assert "driver budget" in output, output[-3000:]  # the stack saw the gateway's refusal
+            finish_pod(admin, pod, subprocess.CompletedProcess([], done.returncode))
+            upstream_calls = len(driver.model_calls())
+            assert driver.header_values("x-api-key") == {UPSTREAM_KEY}  # the key, added by the gateway
+
+            # The operator reads the gateway's summary: the end's reason and the totals.
+            run = wait_run(admin, ns, name, "AgentFinished", reason="DriverBudgetExhausted", timeout=120)
+        finally:
+            gproc.send_signal(signal.SIGTERM)
+            gcode = gproc.wait(timeout=60)
+    assert gcode == 0, gw_log.read_text()[-3000:]
+    summary = store.get_json(layout.driver_summary)
+    assert summary["budget"]["exhausted"] is True and summary["budget"]["refused_calls"] >= 1
+    assert run["status"]["driverTokens"] == summary["total_tokens"] >= 1000
+    assert run["status"]["driverCostUSD"] == pytest.approx(summary["cost_usd"])
+    calls = sorted(k for k in store.list(f"{layout.prefix}/driver/calls"))
+    assert len(calls) == summary["calls"] > upstream_calls  # the refused ones are recorded too
+    first = store.get_json(calls[0])
+    assert first["upstream_url"].startswith(driver.url) and first["status"] == 200
+    for key in store.list(layout.prefix):
+        assert UPSTREAM_KEY.encode() not in store.get_bytes(key), key
