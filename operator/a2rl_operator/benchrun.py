@@ -48,6 +48,7 @@ from a2rl.constants import (
     BASELINE_INDEX,
     BENCHRUN_PLURAL,
     COMPONENT_AGENT,
+    COMPONENT_GATEWAY,
     COMPONENT_REPORT,
     COND_ACCEPTED,
     COND_AGENT_FINISHED,
@@ -74,7 +75,7 @@ from a2rl_operator.grading.store import RunStore
 from a2rl_operator.kube import Kube, NameConflictError, NamespaceTerminatingError, plain
 from a2rl_operator.manifests import children, parse_spec
 from a2rl_operator.manifests.common import workspace_name
-from a2rl_operator.manifests.gateway import new_gateway_token
+from a2rl_operator.manifests.gateway import GATEWAY_CONTAINER, has_gateway, new_gateway_token
 from a2rl_operator.manifests.grading_network import UrlPeerError, grading_network_policy, url_peer
 from a2rl_operator.manifests.job import AGENT_CONTAINER, RECORDER_CONTAINER
 from a2rl_operator.manifests.network import GatewayError, parse_gateway
@@ -399,6 +400,17 @@ def prepare_report(
         except Exception:
             logger.exception(
                 "BenchRun %s/%s: could not archive the workspace logs", meta["namespace"], meta["name"]
+            )
+    gateway = (
+        kube.newest_pod(meta["namespace"], meta["uid"], COMPONENT_GATEWAY) if has_gateway(spec) else None
+    )
+    if gateway is not None:  # a stack run: its driver gateway's log (no secrets: it redacts them)
+        try:
+            text = gk.pod_logs(kube, meta["namespace"], gateway, [GATEWAY_CONTAINER])[GATEWAY_CONTAINER]
+            store.write_log(COMPONENT_GATEWAY, text)
+        except Exception:
+            logger.exception(
+                "BenchRun %s/%s: could not archive the gateway log", meta["namespace"], meta["name"]
             )
 
 

@@ -62,9 +62,7 @@ class OperatorConfig:
     scoped_store_credentials: bool = True
     #: Seconds the finalizer may wait for artifact retention before it lets the BenchRun go.
     finalizer_timeout_s: int = 300
-    #: Image of a stack run's driver gateway pod (`a2rl gateway serve`); None: the recorder's
-    #: (it carries the whole a2rl CLI).
-    gateway_image: str | None = None
+    #: A stack run's driver gateway pod (`a2rl gateway serve`, in the recorder image).
     gateway_cpu: str = "250m"
     gateway_memory: str = "512Mi"
     #: Eval Jobs, the end of a run and the report Job (`A2RL_GRADER_IMAGE` …); default: grading off.

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from a2rl_gateway.config import GatewayConfig
 from a2rl_operator import driver_usage
 from a2rl_operator import status as st
 from a2rl_operator.config import Egress, OperatorConfig
@@ -286,3 +287,22 @@ def test_status_carries_the_gateways_totals() -> None:
     wire = status.to_wire(only_set=True)
     assert (wire["driverTokens"], wire["driverCostUSD"]) == (1200, 0.0123)
     assert driver_usage.with_usage(BenchRunStatus(), None) == BenchRunStatus()
+
+
+def test_the_gateway_reads_its_pod_env_back_into_the_runs_configuration() -> None:
+    """What the operator writes is what `a2rl gateway serve` reads (`GatewayConfig.from_env`)."""
+    objs = objects(stack_run("http://10.1.2.3:8000", driverTokens=1000))
+    (container,) = containers(objs[("Job", "cc-gateway")])
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    env[ENV_GATEWAY_TOKEN] = TOKEN  # the secretKeyRef, resolved
+    env["A2RL_STORE_URI"] = "s3://runs/a2rl"  # the store Secret's envFrom
+    config = GatewayConfig.from_env({k: v for k, v in env.items() if v is not None})
+    assert (config.host, config.port) == ("0.0.0.0", 8080)
+    assert config.key_source == "file:/var/run/secrets/driver/key"
+    assert (config.provider, config.base_url, config.model) == (
+        "anthropic",
+        "http://10.1.2.3:8000",
+        "claude-sonnet-4-5",
+    )
+    assert config.limits.tokens == 1000 and config.run_prefix == f"team-a/cc-{UID}"
+    assert GatewayConfig.from_env(config.to_env()) == config

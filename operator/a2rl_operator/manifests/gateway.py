@@ -213,7 +213,7 @@ def gateway_job(body: Body, spec: BenchRunSpec, config: OperatorConfig, deadline
         mounts.append({"name": KEY_VOLUME, "mountPath": KEY_DIR, "readOnly": True})
     container: Manifest = {
         "name": GATEWAY_CONTAINER,
-        "image": config.gateway_image or config.recorder_image,
+        "image": config.recorder_image,  # it carries the whole a2rl CLI, the gateway included
         "command": ["a2rl", "gateway", "serve"],
         "env": gateway_env(body, spec),
         "envFrom": store_env_from(body, spec),
