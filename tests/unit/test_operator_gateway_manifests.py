@@ -141,6 +141,15 @@ def test_gateway_pod_is_restricted_never_restarts_and_serves_no_longer_than_the_
     assert gateway["spec"]["activeDeadlineSeconds"] == workspace["spec"]["activeDeadlineSeconds"]
     env = {e["name"]: e.get("value") for e in containers(gateway)[0]["env"]}
     assert env["A2RL_DRIVER_TOKENS"] == "1000" and env["A2RL_DRIVER_COST_USD"] == "2.5"
+    # A run waiting in a Kueue queue: the gateway is not queued, so no deadline runs out meanwhile.
+    queued = stack_run()
+    queued["spec"]["queueName"] = "gpu"
+    queued_gateway = objects(queued)[("Job", "cc-gateway")]
+    assert "activeDeadlineSeconds" not in queued_gateway["spec"]
+    assert (
+        "suspend" not in queued_gateway["spec"]
+        and objects(queued)[("Job", "cc-workspace")]["spec"]["suspend"]
+    )
 
 
 def test_service_selects_the_gateway_pod_and_not_the_workspace_pod() -> None:

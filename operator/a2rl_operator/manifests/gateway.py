@@ -194,7 +194,9 @@ def gateway_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
 
 
 def gateway_job(body: Body, spec: BenchRunSpec, config: OperatorConfig, deadline_s: int) -> Manifest:
-    """`<run>-gateway`: one pod running `a2rl gateway serve`; `deadline_s` its Job's deadline."""
+    """`<run>-gateway`: one pod running `a2rl gateway serve`; `deadline_s` its Job's deadline,
+    except for a queued run (`spec.queueName`): the gateway is not queued, and the time the
+    workspace waits for Kueue is unknown, so it serves until the BenchRun goes."""
     volumes: list[Manifest] = [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}}]
     mounts: list[Manifest] = [{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT}]
     assert spec.driver is not None
@@ -244,16 +246,13 @@ def gateway_job(body: Body, spec: BenchRunSpec, config: OperatorConfig, deadline
         "volumes": volumes,
     }
     meta = object_meta(body, gateway_name(body), COMPONENT_GATEWAY)
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": meta,
-        "spec": {
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": deadline_s,
-            "template": {"metadata": {"labels": meta["labels"]}, "spec": pod_spec},
-        },
+    job_spec: Manifest = {
+        "backoffLimit": 0,
+        "template": {"metadata": {"labels": meta["labels"]}, "spec": pod_spec},
     }
+    if not spec.queue_name:
+        job_spec["activeDeadlineSeconds"] = deadline_s
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
 
 
 def gateway_service(body: Body) -> Manifest:
