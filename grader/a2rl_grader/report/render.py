@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import html
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from a2rl.constants import BASELINE_INDEX
 from a2rl.records.report import ReportDriver, ReportRecord, ReportTimeline, ReportTrajectory
 from a2rl.records.result import TAMPERED_ERROR, tampered_line
+from a2rl.runs import parse_time
 from a2rl.trajectory.events import TRAINING
 from a2rl_grader.report.history import RunHistory
 from a2rl_grader.report.metrics import baseline_score, best_submission
@@ -162,21 +162,26 @@ def timeline_rows(report: ReportRecord) -> list[list[str]]:
         )
         for step in steps
     ]
-    if rows and report.timeline is not None:
-        rows += tool_call_timeline_rows(report.trajectory, report.timeline.started_at)
-    return [row for _start, row in sorted(rows, key=lambda r: r[0])]
+    calls = (
+        tool_call_timeline_rows(report.trajectory, report.timeline.started_at)
+        if rows and report.timeline is not None
+        else []
+    )
+    if not calls:
+        return [row for _start, row in rows]
+    return [row for _start, row in sorted(rows + calls, key=lambda r: r[0])]
 
 
 def tool_call_timeline_rows(
     trajectory: ReportTrajectory | None, started_at: str | None
 ) -> list[tuple[float, list[str]]]:
     """(seconds from the trace's start, row) of each timed tool call, the first MAX_TOOL_CALL_ROWS."""
-    start = _parse(started_at)
+    start = parse_time(started_at)
     if trajectory is None or start is None:
         return []
     rows = []
     for call in trajectory.calls[:MAX_TOOL_CALL_ROWS]:
-        at = _parse(call.at)
+        at = parse_time(call.at)
         if at is not None:
             offset = round((at - start).total_seconds(), 3)
             rows.append(
@@ -193,13 +198,6 @@ def tool_call_timeline_rows(
                 )
             )
     return rows
-
-
-def _parse(value: str | None) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value) if value else None
-    except ValueError:
-        return None
 
 
 def timeline_note(report: ReportRecord) -> str:
