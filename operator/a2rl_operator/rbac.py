@@ -14,7 +14,8 @@ Why each rule (least privilege):
   submission with blockOwnerDeletion.
 - pods/log get: container logs are archived to the store (eval, workspace and report pods).
 - children: create + get (idempotent get-or-create); no update/delete (garbage collection
-  removes them by owner reference). Services: a stack run's driver gateway. Secrets: create only — the operator never reads a Secret.
+  removes them by owner reference). Services: a stack run's driver gateway. Secrets: create
+  only — the operator never reads a Secret.
 - pods, jobs, events: watch to mirror state; events create/patch to post Kubernetes Events.
 - customresourcedefinitions list/watch: kopf notices CRD changes at run time.
 """
