@@ -16,7 +16,7 @@ from a2rl_operator import driver_usage
 from a2rl_operator import status as st
 from a2rl_operator.config import Egress, OperatorConfig
 from a2rl_operator.manifests import children, parse_spec
-from a2rl_operator.manifests.gateway import STACK_LAUNCHER, gateway_url, upstream_rules
+from a2rl_operator.manifests.gateway import STACK_INSTALL_ROOT, STACK_LAUNCHER, gateway_url, upstream_rules
 
 from a2rl.api.benchrun import BenchRunStatus
 from a2rl.constants import (
@@ -28,7 +28,7 @@ from a2rl.constants import (
     REASON_DRIVER_BUDGET_EXHAUSTED,
 )
 from a2rl.records.driver import DriverBudgetState, DriverSummary
-from a2rl.stacks import UPSTREAM_KEY_ENV
+from a2rl.stacks import STACKS, UPSTREAM_KEY_ENV
 from tests.support.pss import restricted_violations
 
 UID = "9d1c2b3a-aaaa-bbbb-cccc-ddddeeeeffff"
@@ -315,3 +315,11 @@ def test_the_gateway_reads_its_pod_env_back_into_the_runs_configuration() -> Non
     )
     assert config.limits.tokens == 1000 and config.run_prefix == f"team-a/cc-{UID}"
     assert GatewayConfig.from_env(config.to_env()) == config
+
+
+def test_every_stack_image_installs_its_stack_where_the_generated_command_looks() -> None:
+    root = Path(__file__).resolve().parents[2] / "images"
+    for name, sdef in STACKS.items():
+        dockerfile = (root / f"agent-{name}" / "Dockerfile").read_text()
+        assert f"ARG VERSION={sdef.default_version}\n" in dockerfile, name
+        assert f"{STACK_INSTALL_ROOT}/{name}-$VERSION/{sdef.entry}" in dockerfile, name
