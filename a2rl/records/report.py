@@ -2,8 +2,9 @@
 `a2rl_grader.report.metrics.build_report` and read by the operator, the CLI and the local runner.
 
 Field names are report.json's keys (docs/report.md defines them). The builder sets every field,
-null ones included, so `to_json` writes every key; a report read back keeps exactly the keys it
-had. Numbers that may be integers or floats are typed `int | float` so that a value keeps its
+null ones included, so `to_json` writes every key — but `driver` and `trajectory`, set only for a
+run that has driver records / an agent stack's event stream; a report read back keeps exactly the
+keys it had. Numbers that may be integers or floats are typed `int | float` so that a value keeps its
 JSON form (`1` stays `1`, `1.0` stays `1.0`).
 """
 
