@@ -49,7 +49,9 @@ def test_tiny_model_end_to_end(tmp_path: Path, tiny_model: Path) -> None:
         assert server.requests == judged == result["metrics"]["judge_requests"]
     assert result["error"] is None, result
     assert result["task"] == "deepsearchqa" and result["n"] == LIMIT
-    assert result["evaluator_version"].startswith("deepsearchqa-1+judge-loopback-judge+search-corpus-")
+    assert result["evaluator_version"].startswith(
+        "deepsearchqa-1+reference+judge-loopback-judge+search-corpus-"
+    )
     assert 0.0 <= result["score"] <= 100.0
     assert result["score"] == pytest.approx(100.0 * result["correct"] / LIMIT)
     assert len(details) == LIMIT

@@ -20,7 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 _SECTION = re.compile(r"# Response (m|M)\n<<<\n(.*?)\n>>>", re.DOTALL)
-_FIELD = re.compile(r"^(Answer type|Gold answer|Predicted answer): (.*)$", re.MULTILINE)
+#: Our DeepSearchQA judge prompt's fields, and the reference's (indented, "Question answer type").
+_FIELD = re.compile(
+    r"^\s*(Answer type|Question answer type|Gold answer|Predicted answer): (.*)$", re.MULTILINE
+)
 
 
 def alpaca_verdict(prompt: str) -> str:
@@ -33,7 +36,7 @@ def dsqa_verdict(prompt: str) -> str:
     fields = dict(_FIELD.findall(prompt))
     gold = fields.get("Gold answer", "").casefold()
     pred = fields.get("Predicted answer", "").casefold()
-    if fields.get("Answer type") == "Set Answer":
+    if (fields.get("Answer type") or fields.get("Question answer type")) == "Set Answer":
         items = [x.strip() for x in gold.split(",") if x.strip()]
         ok = bool(items) and all(x in pred for x in items)
     else:

@@ -42,6 +42,7 @@ from a2rl_tasks.judge import JudgeConfigError
 
 from a2rl.errors import A2rlError
 from a2rl.inference import GenerationRequest, InferenceBackend
+from a2rl.protocols import PROTOCOL_A2RL
 from tests.support.judge_server import JudgeServer
 from tests.support.task_data import COUNTRIES, dsqa_row, make_corpus, make_dsqa_file
 
@@ -78,7 +79,9 @@ def test_split_sizes_follow_the_reference() -> None:
 
 def test_stage_writes_disjoint_artifacts(tmp_path: Path) -> None:
     src = make_dsqa_file(tmp_path / "src", n=12)
-    staged = stage_artifacts(DeepSearchQATask(), source=str(src.parent), root=tmp_path / "staged")
+    staged = stage_artifacts(
+        DeepSearchQATask(protocol=PROTOCOL_A2RL), source=str(src.parent), root=tmp_path / "staged"
+    )
     train = _jsonl(staged.train_dir / "train.jsonl")
     heldout = _jsonl(staged.heldout_dir / "heldout.jsonl")
     assert (len(train), len(heldout)) == (4, 8)
@@ -329,8 +332,8 @@ def test_score_predictions_single_and_set_rules(judge: JudgeServer) -> None:
         "deepsearchqa-4": "I don't know",  # wrong without the judge
         "deepsearchqa-5": "River 5a",  # Set, an item missing: wrong (judged)
     }
-    task = get_task("deepsearchqa")
-    assert task.evaluator_version.startswith("deepsearchqa-1+judge-loopback-judge+search-corpus-")
+    task = get_task("deepsearchqa", protocol=PROTOCOL_A2RL)
+    assert task.evaluator_version.startswith("deepsearchqa-1+a2rl+judge-loopback-judge+search-corpus-")
     result = task.score_predictions(preds, refs)
     assert [d["correct"] for d in result.details] == [True, True, True, False, False, False]
     assert [d["judged"] for d in result.details] == [True, False, True, True, False, True]
@@ -339,16 +342,18 @@ def test_score_predictions_single_and_set_rules(judge: JudgeServer) -> None:
     assert result.metrics["single_accuracy"] == pytest.approx(50.0)
     assert result.metrics["set_accuracy"] == pytest.approx(50.0)
     assert result.metrics["no_answer_rate"] == pytest.approx(100 / 6)
-    again = get_task("deepsearchqa").score_predictions(preds, refs)
+    again = get_task("deepsearchqa", protocol=PROTOCOL_A2RL).score_predictions(preds, refs)
     assert judge.requests == 4 and again.metrics["judge_cache_hits"] == 4.0
     assert [d["correct"] for d in again.details] == [d["correct"] for d in result.details]
 
 
 def test_evaluate_rolls_out_searches_and_judges(judge: JudgeServer, tmp_path: Path) -> None:
     src = make_dsqa_file(tmp_path / "src", n=18)
-    staged = stage_artifacts(DeepSearchQATask(), source=str(src), root=tmp_path / "staged")
+    staged = stage_artifacts(
+        DeepSearchQATask(protocol=PROTOCOL_A2RL), source=str(src), root=tmp_path / "staged"
+    )
     heldout = _jsonl(staged.heldout_dir / "heldout.jsonl")
-    result = DeepSearchQATask().evaluate(PolicyBackend(), staged.heldout_dir)
+    result = DeepSearchQATask(protocol=PROTOCOL_A2RL).evaluate(PolicyBackend(), staged.heldout_dir)
     assert result.n == len(heldout) == 12
     by_id = {d["id"]: d for d in result.details}
     for h in heldout:
@@ -369,17 +374,19 @@ def test_missing_configuration_is_an_error_before_generation(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     staged = stage_artifacts(
-        DeepSearchQATask(), source=str(make_dsqa_file(tmp_path / "src")), root=tmp_path / "staged"
+        DeepSearchQATask(protocol=PROTOCOL_A2RL),
+        source=str(make_dsqa_file(tmp_path / "src")),
+        root=tmp_path / "staged",
     )
     for k in ("A2RL_JUDGE_BASE_URL", "A2RL_JUDGE_MODEL", "A2RL_SEARCH_URL", "A2RL_SEARCH_CORPUS"):
         monkeypatch.delenv(k, raising=False)
-    assert DeepSearchQATask().evaluator_version == "deepsearchqa-1"
+    assert DeepSearchQATask(protocol=PROTOCOL_A2RL).evaluator_version == "deepsearchqa-1+a2rl"
     with pytest.raises(JudgeConfigError):
-        DeepSearchQATask().evaluate(NoGeneration(), staged.heldout_dir)
+        DeepSearchQATask(protocol=PROTOCOL_A2RL).evaluate(NoGeneration(), staged.heldout_dir)
     monkeypatch.setenv("A2RL_JUDGE_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("A2RL_JUDGE_MODEL", "m")
     with pytest.raises(SearchConfigError, match="needs a search tool"):
-        DeepSearchQATask().evaluate(NoGeneration(), staged.heldout_dir)
+        DeepSearchQATask(protocol=PROTOCOL_A2RL).evaluate(NoGeneration(), staged.heldout_dir)
 
 
 def test_tasks_score_cli(judge: JudgeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -389,7 +396,8 @@ def test_tasks_score_cli(judge: JudgeServer, tmp_path: Path, capsys: pytest.Capt
         json.dumps({"id": "deepsearchqa-0", "prediction": "Action: answer[zenda]"}) + "\n"
         + json.dumps({"id": "deepsearchqa-2", "prediction": "River 2a"}) + "\n"
     )  # fmt: skip
-    assert main(["tasks", "score", "deepsearchqa", "--predictions", str(tmp_path / "p.jsonl"),
+    assert main(["tasks", "score", "deepsearchqa", "--protocol", "a2rl",
+                 "--predictions", str(tmp_path / "p.jsonl"),
                  "--references", str(tmp_path / "r.jsonl"), "--json"]) == 0  # fmt: skip
     out = json.loads(capsys.readouterr().out)
     assert (out["n"], out["correct"]) == (3, 1) and out["metrics"]["missing"] == 1.0

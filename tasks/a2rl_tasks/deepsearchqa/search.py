@@ -27,7 +27,7 @@ import urllib.parse
 import urllib.request
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,8 @@ class HttpSearch(SearchBackend):
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.tag = f"http-{parsed.hostname}"
+        #: JSON answer -> observation text (the `reference` protocol swaps in the reference's rule).
+        self.observation: Callable[[Any], str] = observation_text
 
     def request_url(self, query: str) -> str:
         parts = urllib.parse.urlsplit(self.url)
@@ -96,7 +98,12 @@ class HttpSearch(SearchBackend):
         req = urllib.request.Request(self.request_url(query), headers={"Accept": "application/json"})
         with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
             data = json.loads(resp.read())
-        return _join(snippets_from_json(data)[:TOP_K])
+        return self.observation(data)
+
+
+def observation_text(data: Any) -> str:
+    """Our observation: the top-3 non-empty snippets (whitespace-normalised) joined by `" | "`."""
+    return _join(snippets_from_json(data)[:TOP_K])
 
 
 def snippets_from_json(data: Any) -> list[str]:

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from a2rl.constants import ENV_JUDGE_BASE_URL, ENV_SEARCH_URL
 from a2rl.errors import A2rlError
-from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
+from a2rl.protocols import DEFAULT_PROTOCOL, PROTOCOL_REFERENCE, EvalProtocol
 from a2rl_tasks.base import EvalResult, StagedData, Task
 from a2rl_tasks.common.jsonl import read_heldout, write_jsonl
-from a2rl_tasks.deepsearchqa import data
+from a2rl_tasks.deepsearchqa import data, reference
 from a2rl_tasks.deepsearchqa.judging import (
     JUDGE_MAX_TOKENS,
     decided_without_judge,
@@ -22,8 +22,15 @@ from a2rl_tasks.deepsearchqa.judging import (
     verdict_from_reply,
 )
 from a2rl_tasks.deepsearchqa.react import rollout
-from a2rl_tasks.deepsearchqa.search import search_from_env, search_tag_from_env
-from a2rl_tasks.judge import Judge, judge_config_from_env, judge_model_from_env, version_tag
+from a2rl_tasks.deepsearchqa.search import HttpSearch, search_from_env, search_tag_from_env
+from a2rl_tasks.judge import (
+    Judge,
+    JudgeError,
+    JudgeReply,
+    judge_config_from_env,
+    judge_model_from_env,
+    version_tag,
+)
 
 if TYPE_CHECKING:
     from a2rl.inference import InferenceBackend
@@ -95,6 +102,64 @@ def judge_answers(
     )
 
 
+def _replies_or_none(judge: Judge, requests: list[list[dict[str, str]]]) -> list[JudgeReply | None]:
+    """The judge's replies; when it fails, each request again alone, None for the failed ones
+    (the reference falls back to string matching per answer)."""
+    try:
+        return list(judge.ask_many(requests, max_tokens=JUDGE_MAX_TOKENS))
+    except JudgeError:
+        out: list[JudgeReply | None] = []
+        for r in requests:
+            try:
+                out.append(judge.ask(r, max_tokens=JUDGE_MAX_TOKENS))
+            except JudgeError:
+                out.append(None)
+        return out
+
+
+def judge_answers_reference(
+    judge: Judge, items: list[dict[str, Any]], rollouts: list[dict[str, Any]], evaluator_version: str
+) -> EvalResult:
+    """The reference's judging (`reference.py`): every answer judged with its prompt; an empty
+    reply or a judge failure is decided by its string match."""
+    answer_types = [it.get("answer_type") or "Single Answer" for it in items]
+    requests = [
+        reference.judge_messages(t, it["answer"], ro["predicted"])
+        for t, it, ro in zip(answer_types, items, rollouts, strict=True)
+    ]
+    replies = _replies_or_none(judge, requests)
+    records: list[dict[str, Any]] = []
+    fallbacks = 0
+    for item, ro, t, reply in zip(items, rollouts, answer_types, replies, strict=True):
+        verdict = None if reply is None else reference.verdict(reply.text)
+        if verdict is None:
+            fallbacks += 1
+            verdict = reference.string_match(ro["predicted"], item["answer"], t)
+        records.append(
+            {
+                "id": item["id"],
+                "problem": item["problem"],
+                "problem_category": item.get("problem_category", ""),
+                "answer_type": t,
+                "gold": item["answer"],
+                **ro,
+                "correct": verdict,
+                "judged": reply is not None,
+                "judge_reply": None if reply is None else reply.text,
+                "judge_cached": None if reply is None else reply.cached,
+            }
+        )
+    metrics = summary_metrics(records) | judge.stats() | {"judge_fallbacks": float(fallbacks)}
+    return EvalResult(
+        score=metrics["accuracy"],
+        n=len(records),
+        correct=sum(1 for r in records if r["correct"]),
+        evaluator_version=evaluator_version,
+        metrics=metrics,
+        details=records,
+    )
+
+
 class DeepSearchQATask(Task):
     name = "deepsearchqa"
     level = "L3"
@@ -111,7 +176,7 @@ class DeepSearchQATask(Task):
         super().__init__(environ, protocol=protocol)
         # The judge and the search tool decide the score: both are part of the version (and of
         # the baseline cache key).
-        parts = [BASE_VERSION]
+        parts = [self.versioned(BASE_VERSION)]
         judge_model = judge_model_from_env(environ)
         if judge_model:
             parts.append(f"judge-{version_tag(judge_model)}")
@@ -142,8 +207,14 @@ class DeepSearchQATask(Task):
         search = search_from_env()
         items = read_heldout(Path(heldout_dir) / HELDOUT_FILE, limit)
         questions = [(it["problem"], it.get("answer_type") or "Single Answer") for it in items]
-        rollouts = rollout(backend, questions, search.search)
-        result = judge_answers(judge, items, rollouts, self.evaluator_version)
+        if self.protocol == PROTOCOL_REFERENCE:
+            if isinstance(search, HttpSearch):
+                search.observation = reference.serpapi_observation
+            rollouts = reference.rollout(backend, questions, search.search)
+            result = judge_answers_reference(judge, items, rollouts, self.evaluator_version)
+        else:
+            rollouts = rollout(backend, questions, search.search)
+            result = judge_answers(judge, items, rollouts, self.evaluator_version)
         n = max(1, len(rollouts))
         result.metrics |= {
             "avg_steps": sum(r["steps"] for r in rollouts) / n,
@@ -160,4 +231,6 @@ class DeepSearchQATask(Task):
         rollouts = [
             {"predicted": extract_prediction(predictions.get(str(ref["id"]), ""))} for ref in references
         ]
+        if self.protocol == PROTOCOL_REFERENCE:
+            return judge_answers_reference(judge, references, rollouts, self.evaluator_version)
         return judge_answers(judge, references, rollouts, self.evaluator_version)
