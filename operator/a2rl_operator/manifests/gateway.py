@@ -1,5 +1,5 @@
 """The run's driver gateway in a cluster (a run with `spec.agent.stack`; docs/operator.md, "The
-driver gateway"): its own pod, never a container of the workspace pod.
+driver gateway of a stack run"): its own pod, never a container of the workspace pod.
 
 The workspace pod's containers share one network namespace, so a gateway sidecar would give the
 agent the gateway's egress to the upstream provider. Instead each stack run gets:
@@ -16,10 +16,11 @@ agent the gateway's egress to the upstream provider. Instead each stack run gets
 - one egress rule in the workspace pod's policy (`agent_gateway_rule`): the gateway pod, its port.
 
 The agent container of a stack run gets a command generated here (`stack_command`): a short
-Python launcher run by the image's Python (the stack images carry a2rl) that builds the prompt
-from the workspace once the set-up has filled it (`a2rl.agent_prompt`), takes the token out of its
-environment, writes the stack's start-up files into HOME and `exec`s the stack's invocation
-(`a2rl.stacks.invocation`) pointed at the gateway Service: the images stay plain.
+Python launcher run by the image's Python (the stack images carry a2rl) that waits (bounded) for
+the gateway's `/health`, builds the prompt from the workspace once the set-up has filled it
+(`a2rl.agent_prompt`), takes the token out of its environment, writes the stack's start-up files
+into HOME and `exec`s the stack's invocation (`a2rl.stacks.invocation`) pointed at the gateway
+Service: the images stay plain.
 """
 
 from __future__ import annotations
@@ -87,16 +88,26 @@ NON_PUBLIC_V4 = (
 )
 NON_PUBLIC_V6 = ("fc00::/7", "fe80::/10", "::1/128")
 DEFAULT_PORTS = {"http": 80, "https": 443}
+#: How long the agent's launcher waits for the gateway to answer `/health` before it starts the
+#: stack anyway (the stack then reports the connection error itself).
+GATEWAY_WAIT_S = 120
 
 # The agent container's command for a stack run (see the module's docstring). `exec`: the stack
 # becomes the container's PID 1, so the deadline probe's SIGTERM reaches it.
 STACK_LAUNCHER = r"""
-import json, os, sys
+import json, os, sys, time, urllib.request
 from pathlib import Path
 from a2rl.agent_prompt import workspace_prompt
 from a2rl.stacks import UPSTREAM_KEY_ENV, home_files, invocation
 
 p = json.loads(sys.argv[1])
+until = time.monotonic() + p["gateway_wait_s"]
+while time.monotonic() < until:  # the gateway pod starts beside the workspace pod
+    try:
+        urllib.request.urlopen(p["gateway"] + "/health", timeout=2).close()
+        break
+    except OSError:
+        time.sleep(1)
 token = os.environ.pop(p["token_env"])
 workspace = Path(os.environ["WORKSPACE"])
 prompt = workspace_prompt(
@@ -347,6 +358,7 @@ def stack_command(body: Body, spec: BenchRunSpec) -> list[str]:
         "budget_s": spec.budget.wall_time_seconds,
         "max_submissions": spec.budget.max_submissions,
         "token_env": ENV_AGENT_GATEWAY_TOKEN,
+        "gateway_wait_s": GATEWAY_WAIT_S,
     }
     return ["python", "-c", STACK_LAUNCHER, json.dumps(params, sort_keys=True)]
 
