@@ -129,13 +129,17 @@ def test_hub_source_fails_clearly_when_offline(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_offline_scoring() -> None:
-    task = get_task("gsm8k")
+    task = get_task("gsm8k", protocol="a2rl")
     refs = [
         {"id": "a", "question": "q1", "answer": "x\n#### 65,000"},
         {"id": "b", "question": "q2", "answer": "x\n#### -3"},
         {"id": "c", "question": "q3", "answer": "x\n#### 2"},
     ]
-    result = task.score_predictions({"a": "The answer is 65,000", "b": "so 3"}, refs)  # type: ignore[attr-defined]
+    preds = {"a": "The answer is 65,000", "b": "so 3"}
+    result = task.score_predictions(preds, refs)  # type: ignore[attr-defined]
     assert (result.n, result.correct) == (3, 1)
     assert result.score == pytest.approx(100 / 3)
     assert result.metrics["no_number_rate"] == pytest.approx(100 / 3)
+    # The reference (OpenCompass gsm8k_postprocess) reads "65,000" as "000": nothing is correct.
+    ref = get_task("gsm8k").score_predictions(preds, refs)  # type: ignore[attr-defined]
+    assert (ref.n, ref.correct) == (3, 0)

@@ -63,17 +63,19 @@ def test_chat_prompt_is_the_reference_instruction() -> None:
 def test_heldout_canonical_solutions_pass_and_stubs_fail(problems: list[dict]) -> None:
     held = [data.heldout_row(p) for p in problems[82:]][::8]  # every 8th held-out problem
     canon = {p["task_id"]: p["canonical_solution"] for p in problems}
-    good = score_completions(held, [canon[p["task_id"]] for p in held], MODE_PLAIN, "v", FAST)
+    good = score_completions(
+        held, [canon[p["task_id"]] for p in held], MODE_PLAIN, "v", protocol="a2rl", limits=FAST
+    )
     assert good.correct == good.n == len(held)
     assert good.score == 100.0
-    stubs = score_completions(held, ["    pass\n"] * len(held), MODE_PLAIN, "v", FAST)
+    stubs = score_completions(held, ["    pass\n"] * len(held), MODE_PLAIN, "v", protocol="a2rl", limits=FAST)
     assert stubs.correct == 0
 
 
 def test_full_function_in_a_chat_reply_passes(problems: list[dict]) -> None:
     p = problems[100]
     reply = f"Here you go:\n```python\n{p['prompt']}{p['canonical_solution']}```\nThis works because..."
-    res = score_completions([data.heldout_row(p)], [reply], MODE_CHAT, "v", FAST)
+    res = score_completions([data.heldout_row(p)], [reply], MODE_CHAT, "v", protocol="a2rl", limits=FAST)
     assert res.correct == 1
     assert res.details[0]["status"] == "passed" and res.details[0]["mode"] == "chat"
 
@@ -85,7 +87,7 @@ def test_full_function_in_a_chat_reply_passes(problems: list[dict]) -> None:
 )
 def test_early_exit_completion_fails(problems: list[dict], hack: str) -> None:
     p = data.heldout_row(problems[90])
-    res = score_completions([p], [hack], MODE_PLAIN, "v", FAST)
+    res = score_completions([p], [hack], MODE_PLAIN, "v", protocol="a2rl", limits=FAST)
     assert res.correct == 0
     assert res.details[0]["status"] == "exited_early"
 
@@ -101,8 +103,12 @@ def test_program_layout() -> None:
 def test_offline_scoring(problems: list[dict]) -> None:
     refs = [data.heldout_row(p) for p in problems[82:85]]
     preds = {refs[0]["id"]: problems[82]["canonical_solution"], refs[1]["id"]: "    return None\n"}
-    res = get_task("humaneval").score_predictions(preds, refs)  # type: ignore[attr-defined]
+    res = get_task("humaneval", protocol="a2rl").score_predictions(preds, refs)  # type: ignore[attr-defined]
     assert (res.n, res.correct) == (3, 1)
+    # The reference left-strips the reply (OpenCompass humaneval_postprocess_v2): a body-only
+    # prediction loses its first line's indentation and fails.
+    ref = get_task("humaneval").score_predictions(preds, refs)  # type: ignore[attr-defined]
+    assert (ref.n, ref.correct) == (3, 0)
 
 
 def test_custom_source_file(tmp_path: Path, problems: list[dict]) -> None:

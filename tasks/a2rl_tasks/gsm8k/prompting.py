@@ -1,8 +1,9 @@
-"""GSM8K prompts: 4-shot chain of thought in the style of OpenCompass `gsm8k_gen_1d7fe4`.
+"""GSM8K prompts: 4-shot chain of thought, OpenCompass `gsm8k_gen_1d7fe4`'s layout.
 
 Each shot is a HUMAN turn `"Question: …\\nLet's think step by step\\nAnswer:"` and a BOT turn
-with the worked solution ending in `"The answer is N"`. The four exemplars are our own (not
-GSM8K items, not the reference's text), so no test or train item leaks through the prompt.
+with the worked solution ending in `"The answer is N"`. The exemplars depend on the protocol:
+`reference` uses that config's four (GSM8K train items, verbatim: `reference_shots`), `a2rl`
+our own four (not GSM8K items), so no GSM8K item at all is in the prompt.
 
 - **chat** form (the model's tokenizer has a chat template): the shots are alternating
   user/assistant messages, the question is the final user message, rendered with the template.
@@ -12,6 +13,9 @@ GSM8K items, not the reference's text), so no test or train item leaks through t
 """
 
 from __future__ import annotations
+
+from a2rl.protocols import PROTOCOL_REFERENCE, EvalProtocol
+from a2rl_tasks.gsm8k.reference_shots import REFERENCE_EXEMPLARS
 
 EXEMPLARS: tuple[tuple[str, str], ...] = (
     (
@@ -49,15 +53,19 @@ def human_turn(question: str) -> str:
     return HUMAN.format(question=question)
 
 
-def chat_messages(question: str) -> list[dict[str, str]]:
+def exemplars(protocol: EvalProtocol) -> tuple[tuple[str, str], ...]:
+    return REFERENCE_EXEMPLARS if protocol == PROTOCOL_REFERENCE else EXEMPLARS
+
+
+def chat_messages(question: str, protocol: EvalProtocol = "a2rl") -> list[dict[str, str]]:
     messages: list[dict[str, str]] = []
-    for q, a in EXEMPLARS:
+    for q, a in exemplars(protocol):
         messages.append({"role": "user", "content": human_turn(q)})
         messages.append({"role": "assistant", "content": a})
     messages.append({"role": "user", "content": human_turn(question)})
     return messages
 
 
-def plain_prompt(question: str) -> str:
-    shots = "".join(f"{human_turn(q)} {a}\n\n" for q, a in EXEMPLARS)
+def plain_prompt(question: str, protocol: EvalProtocol = "a2rl") -> str:
+    shots = "".join(f"{human_turn(q)} {a.rstrip(chr(10))}\n\n" for q, a in exemplars(protocol))
     return shots + human_turn(question)

@@ -1,4 +1,10 @@
-"""The `gsm8k` task: 4-shot chain-of-thought maths, last-number exact match on the test split."""
+"""The `gsm8k` task: 4-shot chain-of-thought maths, last-number exact match on the test split.
+
+Protocols: `reference` = OpenCompass `gsm8k_gen_1d7fe4`'s exemplars and OpenCompass's answer
+rules (`REFERENCE_RULES`); `a2rl` = our exemplars and rules (`A2RL_RULES`). Decoding is the
+same: greedy, 512 new tokens (the config's `max_out_len`), cut at `Question:` (the reference
+cuts there when scoring, so stopping the generation there changes no prediction).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from a2rl.errors import A2rlError
 from a2rl.inference import GenerationRequest
-from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
+from a2rl.protocols import DEFAULT_PROTOCOL, PROTOCOL_REFERENCE, EvalProtocol
 from a2rl_tasks.base import EvalResult, StagedData, Task
-from a2rl_tasks.common.gsm8k_scoring import score_record, summarise
+from a2rl_tasks.common.gsm8k_scoring import A2RL_RULES, REFERENCE_RULES, AnswerRules, score_record, summarise
 from a2rl_tasks.common.jsonl import read_heldout, write_jsonl
 from a2rl_tasks.gsm8k import data
 from a2rl_tasks.gsm8k.chat import render_chat
@@ -26,17 +32,25 @@ TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
 
 
-def score_item(item: dict[str, Any], completion: str, mode: str | None = None) -> dict[str, Any]:
+def rules_of(protocol: EvalProtocol) -> AnswerRules:
+    return REFERENCE_RULES if protocol == PROTOCOL_REFERENCE else A2RL_RULES
+
+
+def score_item(
+    item: dict[str, Any], completion: str, mode: str | None = None, protocol: EvalProtocol = "a2rl"
+) -> dict[str, Any]:
     """One per-item record: the last number before any `Question:` against the `####` gold."""
-    return score_record(item, completion, **({} if mode is None else {"mode": mode}))
+    return score_record(item, completion, rules_of(protocol), **({} if mode is None else {"mode": mode}))
 
 
-def build_prompts(backend: Any, questions: list[str]) -> tuple[list[str], str]:
+def build_prompts(
+    backend: Any, questions: list[str], protocol: EvalProtocol = "a2rl"
+) -> tuple[list[str], str]:
     """(prompt texts, "chat" | "plain"): chat form when the model has a chat template."""
-    rendered = [render_chat(backend, chat_messages(q)) for q in questions]
+    rendered = [render_chat(backend, chat_messages(q, protocol)) for q in questions]
     if rendered and all(r is not None for r in rendered):
         return [str(r) for r in rendered], "chat"
-    return [plain_prompt(q) for q in questions], "plain"
+    return [plain_prompt(q, protocol) for q in questions], "plain"
 
 
 class GSM8KTask(Task):
@@ -67,11 +81,13 @@ class GSM8KTask(Task):
     ) -> EvalResult:
 
         items = read_heldout(Path(heldout_dir) / HELDOUT_FILE, limit)
-        prompts, mode = build_prompts(backend, [it["question"] for it in items])
+        prompts, mode = build_prompts(backend, [it["question"] for it in items], self.protocol)
         # The prompts are already rendered (chat=False): the same text for every backend.
         request = GenerationRequest(max_new_tokens=MAX_NEW_TOKENS, stop=(STOP,))
         completions = backend.generate(prompts, request)
-        records = [score_item(it, out, mode) for it, out in zip(items, completions, strict=True)]
+        records = [
+            score_item(it, out, mode, self.protocol) for it, out in zip(items, completions, strict=True)
+        ]
         return summarise(records, self.evaluator_version)
 
     def score_predictions(self, predictions: dict[str, str], references: list[dict[str, Any]]) -> EvalResult:
@@ -80,7 +96,7 @@ class GSM8KTask(Task):
             if not isinstance(ref.get("question"), str) or not isinstance(ref.get("answer"), str):
                 raise A2rlError(f'reference {ref["id"]!r} needs "question" and "answer" (GSM8K format)')
             try:
-                records.append(score_item(ref, predictions.get(str(ref["id"]), "")))
+                records.append(score_item(ref, predictions.get(str(ref["id"]), ""), protocol=self.protocol))
             except ValueError as exc:
                 raise A2rlError(f"reference {ref['id']!r}: {exc}") from exc
         return summarise(records, self.evaluator_version)

@@ -15,7 +15,6 @@ from a2rl_tasks.gsm8k.chat import has_chat_template
 from a2rl_tasks.humaneval import data
 from a2rl_tasks.humaneval.prompting import MODE_CHAT, MODE_PLAIN, PLAIN_STOPS, chat_message
 from a2rl_tasks.humaneval.scoring import score_completions
-from a2rl_tasks.sandbox import Limits
 
 if TYPE_CHECKING:
     from a2rl.inference import InferenceBackend
@@ -25,8 +24,10 @@ BASE_VERSION = "humaneval-2"
 
 TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
-MAX_NEW_TOKENS = 768
-LIMITS = Limits(timeout_s=10.0, memory_bytes=1 << 30)
+#: New tokens per reply: the reference's OpenCompass model default (`max_out_len` 8192 in
+#: RD-Agent's `models.yaml`; `humaneval_gen` sets none) and ours (768: ample for HumanEval, and it
+#: bounds CPU evaluations).
+MAX_NEW_TOKENS = {"reference": 8192, "a2rl": 768}
 
 
 class HumanEvalTask(Task):
@@ -63,21 +64,21 @@ class HumanEvalTask(Task):
         items = self.load_heldout(heldout_dir, limit)
         if has_chat_template(backend):
             mode = MODE_CHAT
-            request = GenerationRequest(max_new_tokens=MAX_NEW_TOKENS, chat=True)
+            request = GenerationRequest(max_new_tokens=MAX_NEW_TOKENS[self.protocol], chat=True)
             prompts = [chat_message(it["prompt"]) for it in items]
         else:
             mode = MODE_PLAIN
-            request = GenerationRequest(max_new_tokens=MAX_NEW_TOKENS, stop=PLAIN_STOPS)
+            request = GenerationRequest(max_new_tokens=MAX_NEW_TOKENS[self.protocol], stop=PLAIN_STOPS)
             prompts = [it["prompt"] for it in items]
         outputs = backend.generate(prompts, request)
-        return score_completions(items, outputs, mode, self.evaluator_version, LIMITS)
+        return score_completions(items, outputs, mode, self.evaluator_version, protocol=self.protocol)
 
     def score_predictions(self, predictions: dict[str, str], references: list[dict[str, Any]]) -> EvalResult:
-        """Offline pass@1 of raw outputs (a fenced code block is extracted when present)."""
+        """Offline pass@1 of raw chat replies under this task's protocol (`scoring`)."""
         for ref in references:
             missing = [k for k in ("prompt", "test", "entry_point") if k not in ref]
             if missing:
                 raise A2rlError(f"reference {ref['id']!r} lacks {', '.join(missing)} (HumanEval format)")
         problems = [{**ref, "task_id": ref.get("task_id", ref["id"])} for ref in references]
         outputs = [predictions.get(str(ref["id"]), "") for ref in references]
-        return score_completions(problems, outputs, MODE_CHAT, self.evaluator_version, LIMITS)
+        return score_completions(problems, outputs, MODE_CHAT, self.evaluator_version, protocol=self.protocol)
