@@ -29,6 +29,7 @@ from a2rl_tasks.artifacts import check_disjoint, heldout_leaks, stage_artifacts,
 from a2rl.constants import ENV_ALFWORLD_MAX_STEPS
 from a2rl.errors import A2rlError
 from a2rl.inference import GenerationRequest, InferenceBackend
+from a2rl.protocols import PROTOCOL_A2RL
 
 SOURCE = "generated:train=4,heldout=4"
 
@@ -41,7 +42,9 @@ def engine() -> TextGame:
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return stage_artifacts(
-        get_task("alfworld"), source=SOURCE, root=tmp_path_factory.mktemp("alf") / "staged"
+        get_task("alfworld", protocol=PROTOCOL_A2RL),
+        source=SOURCE,
+        root=tmp_path_factory.mktemp("alf") / "staged",
     )
 
 
@@ -207,7 +210,11 @@ def test_splits_are_disjoint_by_content(staged: Any, tmp_path: Path) -> None:
 def test_staging_is_deterministic(staged: Any, tmp_path: Path) -> None:
     """Held-out games depend only on (seed, split, task type, index): staging one held-out game
     again gives the first clean game of the 4-game staging, byte for byte."""
-    again = stage_artifacts(get_task("alfworld"), source="generated:train=1,heldout=1", root=tmp_path / "s")
+    again = stage_artifacts(
+        get_task("alfworld", protocol=PROTOCOL_A2RL),
+        source="generated:train=1,heldout=1",
+        root=tmp_path / "s",
+    )
     (row,) = _rows(again.heldout_dir / data.HELDOUT_FILE)
     (same,) = [r for r in _rows(staged.heldout_dir / data.HELDOUT_FILE) if r["game"] == row["game"]]
     assert same["observation"] == row["observation"]
@@ -231,7 +238,11 @@ def test_staging_from_the_official_layout(staged: Any, tmp_path: Path) -> None:
     shutil.copytree(games[3], unsolvable)
     game = json.loads((unsolvable / generator.GAME_FILE).read_text())
     (unsolvable / generator.GAME_FILE).write_text(json.dumps({**game, "solvable": False}))
-    out = stage_artifacts(get_task("alfworld"), source=str(tmp_path / "alfworld"), root=tmp_path / "staged")
+    out = stage_artifacts(
+        get_task("alfworld", protocol=PROTOCOL_A2RL),
+        source=str(tmp_path / "alfworld"),
+        root=tmp_path / "staged",
+    )
     train = _rows(out.train_dir / data.TRAIN_FILE)
     heldout = _rows(out.heldout_dir / data.HELDOUT_FILE)
     assert len(train) == 2 and len(heldout) == 2
@@ -270,7 +281,7 @@ class ScriptedBackend(InferenceBackend):
 
 
 def _episodes(staged: Any) -> list[EpisodeSpec]:
-    return ALFWorldTask().load_heldout(staged.heldout_dir)
+    return ALFWorldTask(protocol=PROTOCOL_A2RL).load_heldout(staged.heldout_dir)
 
 
 @pytest.fixture(scope="module")
@@ -322,24 +333,29 @@ def test_batched_rollouts_match_one_game_at_a_time(staged: Any, expert_scripts: 
 def test_step_limit_and_task_metrics(staged: Any, expert_scripts: dict[str, list[str]]) -> None:
     scripts = dict(expert_scripts)
     backend = ScriptedBackend(scripts)
-    result = ALFWorldTask(max_steps=3).evaluate(backend, staged.heldout_dir)
+    result = ALFWorldTask(protocol=PROTOCOL_A2RL, max_steps=3).evaluate(backend, staged.heldout_dir)
     assert result.score == 0.0 and result.n == 4
     assert all(d["steps"] == 3 and d["end"] == "step_limit" for d in result.details)
-    assert result.evaluator_version == "alfworld-1+steps3"
-    full = ALFWorldTask().evaluate(ScriptedBackend(scripts), staged.heldout_dir, limit=2)
-    assert full.score == 100.0 and full.n == 2 and full.evaluator_version == "alfworld-1"
+    assert result.evaluator_version == "alfworld-1+a2rl+steps3"
+    full = ALFWorldTask(protocol=PROTOCOL_A2RL).evaluate(
+        ScriptedBackend(scripts), staged.heldout_dir, limit=2
+    )
+    assert full.score == 100.0 and full.n == 2 and full.evaluator_version == "alfworld-1+a2rl"
     assert full.metrics["generate_calls"] == max(d["steps"] for d in full.details)
     prefix = prompting.prefix_for(full.details[0]["task_type"])
     assert full.metrics[f"success_{prefix}"] == 100.0
 
 
 def test_max_steps_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert ALFWorldTask().max_steps == 50
+    assert ALFWorldTask(protocol=PROTOCOL_A2RL).max_steps == 50
     monkeypatch.setenv(ENV_ALFWORLD_MAX_STEPS, "4")
-    assert ALFWorldTask().max_steps == 4 and ALFWorldTask().evaluator_version == "alfworld-1+steps4"
+    assert (
+        ALFWorldTask(protocol=PROTOCOL_A2RL).max_steps == 4
+        and ALFWorldTask(protocol=PROTOCOL_A2RL).evaluator_version == "alfworld-1+a2rl+steps4"
+    )
     monkeypatch.setenv(ENV_ALFWORLD_MAX_STEPS, "zero")
     with pytest.raises(A2rlError):
-        ALFWorldTask()
+        ALFWorldTask(protocol=PROTOCOL_A2RL)
 
 
 def test_offline_scoring_replays_saved_outputs(
@@ -366,13 +382,13 @@ def test_offline_scoring_replays_saved_outputs(
     assert code == 0 and out["n"] == 4 and out["correct"] == 1 and out["score"] == 25.0
     assert out["metrics"]["missing"] == 1.0
     # The held-out directory works as the references too.
-    result = ALFWorldTask().score_prediction_files(preds, staged.heldout_dir)
+    result = ALFWorldTask(protocol=PROTOCOL_A2RL).score_prediction_files(preds, staged.heldout_dir)
     assert result.correct == 1 and result.details[1]["invalid_actions"] == 1
     assert result.details[1]["think_actions"] == 1 and result.details[3]["steps"] == 0
 
 
 def test_description_matches_the_evaluator() -> None:
-    text = get_task("alfworld").description()
+    text = get_task("alfworld", protocol=PROTOCOL_A2RL).description()
     for fact in (
         "Interact with a household to solve a task. Here are two examples.",
         "Here is the task.",

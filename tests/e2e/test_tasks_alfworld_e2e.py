@@ -44,7 +44,7 @@ def test_tiny_model_plays_alfworld_through_the_grader(tmp_path: Path, tiny_model
     result = json.loads((sub / "result.json").read_text())
     assert result["error"] is None
     assert result["task"] == "alfworld" and result["n"] == GAMES and result["backend"] == "transformers"
-    assert result["evaluator_version"] == f"alfworld-1+steps{STEPS}"
+    assert result["evaluator_version"] == f"alfworld-1+reference+steps{STEPS}"
     assert 0.0 <= result["score"] <= 100.0
     # Batched: both games share each generation call, so one call per step.
     assert result["metrics"]["generate_calls"] <= STEPS and result["metrics"]["max_steps"] == STEPS
@@ -57,6 +57,6 @@ def test_tiny_model_plays_alfworld_through_the_grader(tmp_path: Path, tiny_model
         assert d["won"] or d["steps"] == STEPS
         assert len(d["prediction"].split("\n")) == d["steps"]
     digest = result["model_digest"]
-    version = f"alfworld-1+steps{STEPS}+limit{GAMES}"
+    version = f"alfworld-1+reference+steps{STEPS}+limit{GAMES}"
     cached = list(open_store(store_uri).list(f"baselines/alfworld/{digest}/"))
     assert [k.rsplit("/", 1)[1].startswith(version + "-data-") for k in cached] == [True], cached

@@ -16,6 +16,12 @@ Every game is reset once in the real engine (its opening observation goes into t
 every train game is played by the searching expert: the won episodes (≤ 50 steps) are the SFT
 trajectories. Generated games the expert cannot win within 50 steps are replaced by the next
 key. Train games whose opening observation equals a held-out game's are dropped.
+
+`games_only` (the `reference` protocol) gives the agent what the reference gives it: the raw
+train games and nothing else — the official `json_2.1.1/train/` tree copied as it is (the
+reference symlinks it), or the generated train games in the same layout
+(`train/<type>-…/<trial>/{game.tw-pddl,traj_data.json}`); no index, no expert trajectories,
+no in-context examples. The held-out split is the same in both protocols.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ TRAIN_FILE = "train.jsonl"
 SFT_FILE = "sft.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
 GAMES_DIR = "games"
+#: Where `games_only` staging puts the train games (the reference's `data/train`).
+RAW_TRAIN_DIR = "train"
 DEFAULT_TRAIN_GAMES = 600
 DEFAULT_HELDOUT_GAMES = sum(catalog.VALID_UNSEEN_COUNTS.values())  # 134
 GENERATED = "generated"
@@ -290,11 +298,15 @@ def _generated_records(
     return [record(g, False) for g in held], [record(g, True) for g in train]
 
 
-def _official_records(root: Path, workers: int | None) -> tuple[list[GameRecord], list[GameRecord]]:
+def _official_records(
+    root: Path, workers: int | None, *, with_train: bool = True
+) -> tuple[list[GameRecord], list[GameRecord]]:
+    """(held-out records, train records); `with_train=False` skips the train games (empty list)."""
     train_src, held_src = official_split_dirs(root)
     held_dirs, train_dirs = list(official_games(held_src)), list(official_games(train_src))
     if not held_dirs or not train_dirs:
         raise A2rlError(f"{root}: no playable games in {train_src.name}/ or {held_src.name}/")
+    train_dirs = train_dirs if with_train else []
     executor = _executor(len(held_dirs) + len(train_dirs), workers)
     try:
         held_res = _map(_play_official, [(str(d), False) for d in held_dirs], executor)
@@ -323,6 +335,26 @@ def _official_records(root: Path, workers: int | None) -> tuple[list[GameRecord]
     return records(held_src, held_dirs, held_res), records(train_src, train_dirs, train_res)
 
 
+def _write_heldout(heldout_dir: Path, held: list[GameRecord]) -> None:
+    rows = [
+        {
+            "id": f"alfworld-heldout-{i:05d}",
+            "game": _write_game_files(heldout_dir, g.name, g.game, g.traj_data),
+            "task_type": g.task_type,
+            "observation": g.observation,
+        }
+        for i, g in enumerate(held, 1)
+    ]
+    write_jsonl(heldout_dir / HELDOUT_FILE, rows)
+
+
+def _write_raw_game(game_dir: Path, game: dict[str, Any], traj: dict[str, Any]) -> None:
+    """A game in the official layout (`game.tw-pddl` + `traj_data.json`)."""
+    game_dir.mkdir(parents=True, exist_ok=True)
+    (game_dir / generator.GAME_FILE).write_text(json.dumps(game))
+    (game_dir / generator.TRAJ_FILE).write_text(json.dumps(traj, indent=1, sort_keys=True))
+
+
 def _norm(text: str) -> str:
     return " ".join(text.split())
 
@@ -335,9 +367,11 @@ def stage(
     seed: int,
     workers: int | None = None,
     heldout_seed: int | None = None,
+    games_only: bool = False,
 ) -> None:
     """Write both artifacts (see the module docstring). Generated games: train games from `seed`,
-    held-out games from `heldout_seed` (default `seed`; staging passes one derived from a secret)."""
+    held-out games from `heldout_seed` (default `seed`; staging passes one derived from a secret).
+    `games_only`: the agent gets the raw train games only (the reference protocol)."""
     from importlib import resources
 
     parsed = parse_source(source)
@@ -350,7 +384,15 @@ def stage(
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     else:
-        held, train = _official_records(parsed, workers)
+        held, train = _official_records(parsed, workers, with_train=not games_only)
+    if games_only:
+        _write_heldout(heldout_dir, held)
+        if isinstance(parsed, GeneratedSource):
+            for g in train:
+                _write_raw_game(train_dir / RAW_TRAIN_DIR / g.name, g.game, g.traj_data)
+        else:
+            shutil.copytree(official_split_dirs(parsed)[0], train_dir / RAW_TRAIN_DIR)
+        return
     held_openings = {_norm(g.observation) for g in held}
     kept = [g for g in train if _norm(g.observation) not in held_openings]
     if len(kept) < len(train):
@@ -358,15 +400,7 @@ def stage(
             f"[alfworld] dropped {len(train) - len(kept)} train game(s) that open like a held-out game",
             file=sys.stderr,
         )
-    held_rows = [
-        {
-            "id": f"alfworld-heldout-{i:05d}",
-            "game": _write_game_files(heldout_dir, g.name, g.game, g.traj_data),
-            "task_type": g.task_type,
-            "observation": g.observation,
-        }
-        for i, g in enumerate(held, 1)
-    ]
+    _write_heldout(heldout_dir, held)
     train_rows: list[Row] = []
     sft_rows: list[Row] = []
     for i, g in enumerate(kept, 1):
@@ -380,7 +414,6 @@ def stage(
         train_rows.append(row)
         if g.trajectory is not None:
             sft_rows.append({**row, "won": True, **g.trajectory})
-    write_jsonl(heldout_dir / HELDOUT_FILE, held_rows)
     write_jsonl(train_dir / TRAIN_FILE, train_rows)
     write_jsonl(train_dir / SFT_FILE, sft_rows)
     examples = resources.files("a2rl_tasks.alfworld").joinpath(prompting.EXAMPLES_FILE).read_text()

@@ -112,11 +112,15 @@ def run_episodes(
     pool: EnvPool | None = None,
     examples: dict[str, list[str]] | None = None,
     on_round: Callable[[int, int], None] | None = None,
+    opening_of: Callable[[str], str] = initial_observation,
+    observe: Callable[[str], str] = str,
 ) -> tuple[list[Episode], RolloutStats]:
     """Play every episode with `backend`; returns them in input order, plus timing stats.
 
     `concurrency` live games (default: all of them) share each generation call; `pool` runs the
-    engines (default: worker processes, one per core)."""
+    engines (default: worker processes, one per core). `examples` replaces the in-context
+    examples, `opening_of` the reset text -> opening rule and `observe` cleans each game reply
+    (the reference protocol's rules, `reference.py`)."""
     width = max(1, min(concurrency or len(episodes), len(episodes) or 1))
     own_pool = pool is None
     pool = pool or make_pool(width)
@@ -138,7 +142,7 @@ def run_episodes(
                 openings = pool.reset_many([(slot, spec.game_file) for slot, _, spec in starts])
                 stats.env_s += time.monotonic() - t0
                 for (slot, index, spec), raw in zip(starts, openings, strict=True):
-                    ep = Episode(spec=spec, opening=initial_observation(raw))
+                    ep = Episode(spec=spec, opening=opening_of(raw))
                     ep.prompt = prompting.first_prompt(spec.task_type, ep.opening, examples)
                     live[slot] = (index, ep)
             slots = sorted(live)
@@ -168,7 +172,7 @@ def run_episodes(
                 for (slot, _), res in zip(jobs, results, strict=True):
                     output, action = played[slot]
                     ep = live[slot][1]
-                    ep.record(output, action, res.observation)
+                    ep.record(output, action, observe(res.observation))
                     ep.won = res.won
             for slot in slots:
                 index, ep = live[slot]
@@ -193,7 +197,14 @@ class Replay:
     observations: list[str]
 
 
-def replay(game_file: str, outputs: Sequence[str], *, max_steps: int = MAX_STEPS, game: Any = None) -> Replay:
+def replay(
+    game_file: str,
+    outputs: Sequence[str],
+    *,
+    max_steps: int = MAX_STEPS,
+    game: Any = None,
+    observe: Callable[[str], str] = str,
+) -> Replay:
     """Play saved raw outputs (one per step) the way `run_episodes` does, from the game's start."""
     # lazy: TextWorld, only when games are built or played
     from a2rl_tasks.alfworld.engine import TextGame
@@ -210,7 +221,7 @@ def replay(game_file: str, outputs: Sequence[str], *, max_steps: int = MAX_STEPS
             observations.append(THINK_FEEDBACK)
             continue
         obs, won = engine.step(action)
-        observations.append(obs)
+        observations.append(observe(obs))
         if won:
             break
     return Replay(won=won, actions=actions, observations=observations)

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from a2rl.constants import ENV_ALFWORLD_MAX_STEPS
 from a2rl.errors import A2rlError
-from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
-from a2rl_tasks.alfworld import catalog, data, prompting
-from a2rl_tasks.alfworld.engine import INVALID_FEEDBACK
+from a2rl.protocols import DEFAULT_PROTOCOL, PROTOCOL_REFERENCE, EvalProtocol
+from a2rl_tasks.alfworld import catalog, data, prompting, reference
+from a2rl_tasks.alfworld.engine import INVALID_FEEDBACK, initial_observation
 from a2rl_tasks.alfworld.rollout import MAX_STEPS, EpisodeSpec, is_think, replay, run_episodes
 from a2rl_tasks.base import EvalResult, StagedData, Task
 from a2rl_tasks.common.jsonl import read_heldout
@@ -70,6 +70,8 @@ class ALFWorldTask(Task):
     level = "L3"
     metric = "success rate (%)"
     data_version = "2"
+    #: `reference` stages the raw train games only (no index, SFT trajectories or examples).
+    protocol_data = True
     secret_heldout = True  # generated games (the official release's split is its own)
     #: Staging works without `--source` (games are generated).
     default_source: str | None = data.GENERATED
@@ -89,9 +91,17 @@ class ALFWorldTask(Task):
 
     @property
     def evaluator_version(self) -> str:  # type: ignore[override]
-        """`alfworld-1`, with `+steps<N>` when the step limit is not the protocol's 50."""
+        """`alfworld-1+<protocol>`, with `+steps<N>` when the step limit is not the protocol's 50."""
         suffix = "" if self.max_steps == MAX_STEPS else f"+steps{self.max_steps}"
-        return EVALUATOR_VERSION + suffix
+        return self.versioned(EVALUATOR_VERSION) + suffix
+
+    @property
+    def is_reference(self) -> bool:
+        return self.protocol == PROTOCOL_REFERENCE
+
+    def examples(self) -> dict[str, list[str]]:
+        """The in-context examples: the official ReAct ones (`reference`) or ours (`a2rl`)."""
+        return reference.official_examples() if self.is_reference else prompting.react_examples()
 
     def stage(
         self, staged: StagedData, *, source: str | None = None, seed: int = 0, heldout_seed: int | None = None
@@ -102,6 +112,7 @@ class ALFWorldTask(Task):
             source=source,
             seed=seed,
             heldout_seed=heldout_seed,
+            games_only=self.is_reference,
         )
 
     def load_heldout(self, heldout_dir: Path, limit: int | None = None) -> list[EpisodeSpec]:
@@ -124,7 +135,15 @@ class ALFWorldTask(Task):
         self, backend: InferenceBackend, heldout_dir: Path, *, limit: int | None = None
     ) -> EvalResult:
         specs = self.load_heldout(heldout_dir, limit)
-        episodes, stats = run_episodes(backend, specs, max_steps=self.max_steps, concurrency=self.concurrency)
+        episodes, stats = run_episodes(
+            backend,
+            specs,
+            max_steps=self.max_steps,
+            concurrency=self.concurrency,
+            examples=self.examples(),
+            opening_of=reference.opening if self.is_reference else initial_observation,
+            observe=reference.process_ob if self.is_reference else str,
+        )
         result = summarise([ep.details(self.max_steps) for ep in episodes], self.evaluator_version)
         result.metrics["generate_calls"] = float(stats.generate_calls)
         result.metrics["max_steps"] = float(self.max_steps)
@@ -167,7 +186,8 @@ class ALFWorldTask(Task):
         for ref in references:
             spec = self._spec(ref, base)
             outputs = predictions[spec.id].split("\n") if spec.id in predictions else []
-            played = replay(spec.game_file, outputs, max_steps=self.max_steps, game=engine)
+            observe = reference.process_ob if self.is_reference else str
+            played = replay(spec.game_file, outputs, max_steps=self.max_steps, game=engine, observe=observe)
             records.append(
                 {
                     "id": spec.id,
