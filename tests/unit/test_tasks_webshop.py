@@ -22,6 +22,7 @@ from a2rl_tasks.webshop.sim.textmatch import normalise_color, token_set_ratio
 from a2rl_tasks.webshop.task import summarise
 
 from a2rl.errors import A2rlError
+from a2rl.protocols import PROTOCOL_A2RL
 
 SHOE = Product(
     asin="B0SHOE0001", title="Alder Lightweight Running Shoe - Non slip, Rubber sole", query="running shoes",
@@ -144,7 +145,11 @@ def _expert(slots: list[Slot]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    return stage_artifacts(get_task("webshop"), source=None, root=tmp_path_factory.mktemp("ws") / "staged")
+    return stage_artifacts(
+        get_task("webshop", protocol=PROTOCOL_A2RL),
+        source=None,
+        root=tmp_path_factory.mktemp("ws") / "staged",
+    )
 
 
 def test_expert_solves_every_heldout_goal_in_one_batch(staged: Any) -> None:
@@ -257,7 +262,7 @@ def test_directory_source(tmp_path: Path) -> None:
     rng = random.Random(0)
     goals = [generate.goal_for(rng, p, f"src-{i}") for i, p in enumerate(products)]
     src = _write_source(tmp_path / "src", products, goals)
-    st = stage_artifacts(get_task("webshop"), source=str(src), root=tmp_path / "out")
+    st = stage_artifacts(get_task("webshop", protocol=PROTOCOL_A2RL), source=str(src), root=tmp_path / "out")
     train, held = load_goals(st.train_dir / "goals.jsonl"), load_goals(st.heldout_dir / "goals.jsonl")
     assert len(train) + len(held) == len(goals) and len(held) == round(len(products) * 0.3)
     assert not {g.asin for g in train} & {g.asin for g in held}
@@ -324,7 +329,8 @@ def test_offline_replay_scoring(staged: Any, tmp_path: Path, capsys: pytest.Capt
     refs.mkdir()
     (refs / "catalogue.json").write_bytes((staged.heldout_dir / "catalogue.json").read_bytes())
     (refs / "goals.jsonl").write_text("".join(json.dumps(g.to_dict()) + "\n" for g in goals))
-    code, out, _ = _cli(capsys, "tasks", "score", "webshop", "--predictions", str(pred_file),
+    code, out, _ = _cli(capsys, "tasks", "score", "webshop", "--protocol", "a2rl",
+                        "--predictions", str(pred_file),
                         "--references", str(refs / "goals.jsonl"), "--json")  # fmt: skip
     assert code == 0
     res = json.loads(out)
@@ -335,10 +341,12 @@ def test_offline_replay_scoring(staged: Any, tmp_path: Path, capsys: pytest.Capt
     assert res["correct"] == 1 + (partial >= 0.5)
     assert res["metrics"]["strict_success_rate"] == 25.0
     # The held-out directory works as references too.
-    code, out2, _ = _cli(capsys, "tasks", "score", "webshop", "--predictions", str(pred_file),
+    code, out2, _ = _cli(capsys, "tasks", "score", "webshop", "--protocol", "a2rl",
+                        "--predictions", str(pred_file),
                          "--references", str(refs), "--json")  # fmt: skip
     assert code == 0 and json.loads(out2) == res
     (refs / "catalogue.json").unlink()
-    code, _, err = _cli(capsys, "tasks", "score", "webshop", "--predictions", str(pred_file),
+    code, _, err = _cli(capsys, "tasks", "score", "webshop", "--protocol", "a2rl",
+                        "--predictions", str(pred_file),
                         "--references", str(refs / "goals.jsonl"))  # fmt: skip
     assert code == 2 and "needs" in err and "catalogue.json" in err

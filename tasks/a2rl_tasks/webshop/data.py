@@ -165,23 +165,27 @@ def expert_trajectory(env: SimWebShopEnv, index: int) -> dict[str, Any]:
             "steps": steps, "reward": reward}  # fmt: skip
 
 
-def copy_sim_source(dest: Path) -> None:
-    """The environment (`sim/`) and the evaluator's prompt builder, standard library only."""
+def copy_sim_source(dest: Path, prompt_module: str = "prompting.py") -> None:
+    """The environment (`sim/`) and the evaluator's prompt builder (`prompt_module`, copied as
+    `prompting.py`), standard library only."""
     here = Path(__file__).parent
     dest.mkdir(parents=True, exist_ok=True)
     for f in sorted((here / "sim").glob("*.py")):
         shutil.copyfile(f, dest / f.name)
-    shutil.copyfile(here / "prompting.py", dest / "prompting.py")
+    shutil.copyfile(here / prompt_module, dest / "prompting.py")
 
 
-def write_shop(train_dir: Path, heldout_dir: Path, shop: Shop) -> None:
+def write_shop(train_dir: Path, heldout_dir: Path, shop: Shop, *, reference: bool = False) -> None:
+    """Both artifacts; `reference` (the reference protocol): no expert trajectories, and the
+    reference's prompt builder beside the environment."""
     save_catalogue(train_dir / CATALOGUE_FILE, shop.products)
     save_goals(train_dir / GOALS_FILE, shop.train_goals)
-    env = SimWebShopEnv(shop.products, shop.train_goals)
-    with (train_dir / TRAJECTORIES_FILE).open("w", encoding="utf-8") as f:
-        for i in range(len(shop.train_goals)):
-            f.write(json.dumps(expert_trajectory(env, i), ensure_ascii=False, sort_keys=True) + "\n")
-    copy_sim_source(train_dir / SIM_DIR)
+    if not reference:
+        env = SimWebShopEnv(shop.products, shop.train_goals)
+        with (train_dir / TRAJECTORIES_FILE).open("w", encoding="utf-8") as f:
+            for i in range(len(shop.train_goals)):
+                f.write(json.dumps(expert_trajectory(env, i), ensure_ascii=False, sort_keys=True) + "\n")
+    copy_sim_source(train_dir / SIM_DIR, "reference.py" if reference else "prompting.py")
     save_catalogue(heldout_dir / CATALOGUE_FILE, shop.products)
     save_goals(heldout_dir / GOALS_FILE, shop.heldout_goals)
     (heldout_dir / ENV_FILE).write_text(json.dumps({"kind": "sim", "max_steps": MAX_STEPS}) + "\n")

@@ -7,15 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 from a2rl.errors import A2rlError
 from a2rl.inference import GenerationRequest
+from a2rl.protocols import PROTOCOL_REFERENCE
 from a2rl_tasks.base import EvalResult, StagedData, Task
 from a2rl_tasks.common.jsonl import read_jsonl
 from a2rl_tasks.gsm8k.chat import render_chat
 from a2rl_tasks.scoring import index_predictions, read_rows
-from a2rl_tasks.webshop import data, real
+from a2rl_tasks.webshop import data, real, reference
 from a2rl_tasks.webshop.prompting import (
     MAX_NEW_TOKENS,
     STOP,
-    chat_messages,
+    SYSTEM,
     parse_reply,
     plain_prompt,
     user_message,
@@ -89,14 +90,30 @@ def _sim_envs(heldout_dir: Path, limit: int | None) -> tuple[list[TextEnv], list
     return [SimWebShopEnv(products, goals) for _ in goals], goals
 
 
+def _prompt(backend: InferenceBackend, system: str, user: str, plain: str) -> tuple[str, str]:
+    """(prompt, mode): the chat-rendered system + user messages, else the plain-text `plain`."""
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    rendered = render_chat(backend, messages)
+    return (str(rendered), "chat") if rendered is not None else (plain, "plain")
+
+
 class WebShopTask(Task):
     name = "webshop"
     level = "L3"
     metric = "success rate (%)"
-    evaluator_version = "webshop-1"
     data_version = "2"
+    #: `reference` gives the agent no expert trajectories and the reference's prompt builder.
+    protocol_data = True
     secret_heldout = True  # the built-in shop's held-out goals
     default_source = data.BUILTIN
+
+    @property
+    def evaluator_version(self) -> str:  # type: ignore[override]
+        return self.versioned("webshop-1")
+
+    @property
+    def is_reference(self) -> bool:
+        return self.protocol == PROTOCOL_REFERENCE
 
     def stage(
         self, staged: StagedData, *, source: str | None = None, seed: int = 0, heldout_seed: int | None = None
@@ -106,7 +123,18 @@ class WebShopTask(Task):
             assert source is not None
             real.stage_real(train_dir, heldout_dir, source)
             return
-        data.write_shop(train_dir, heldout_dir, data.load_shop(source, seed, heldout_seed))
+        shop = data.load_shop(source, seed, heldout_seed)
+        data.write_shop(train_dir, heldout_dir, shop, reference=self.is_reference)
+
+    def _user_prompt(self, ep: Episode, max_steps: int) -> tuple[str, str]:
+        """(system, user) text of one step under this task's protocol."""
+        if self.is_reference:
+            pages = [obs for obs, _ in ep.history]
+            actions = [act for _, act in ep.history]
+            history = reference.history_of(actions, pages, ep.observation)
+            avail = reference.format_available_actions(ep.available)
+            return reference.SYSTEM, reference.prompt(ep.instruction, history, ep.observation, avail)
+        return SYSTEM, user_message(ep.instruction, ep.observation, ep.available, ep.history, max_steps)
 
     def default_generation_batch(self) -> int:
         return 16
@@ -135,23 +163,18 @@ class WebShopTask(Task):
         mode: list[str] = []
 
         def policy(slots: list[Slot]) -> list[str]:
-            users = []
+            prompts = []
             for s in slots:
-                ep = s.episode
-                assert ep is not None
-                users.append(
-                    user_message(ep.instruction, ep.observation, ep.available, ep.history, max_steps)
-                )
-            rendered = [render_chat(backend, chat_messages(u)) for u in users]
-            if all(r is not None for r in rendered):
-                mode[:] = ["chat"]
-                prompts = [str(r) for r in rendered]
-            else:
-                mode[:] = ["plain"]
-                prompts = [plain_prompt(u) for u in users]
+                assert s.episode is not None
+                system, user = self._user_prompt(s.episode, max_steps)
+                plain = reference.plain_prompt(user) if self.is_reference else plain_prompt(user)
+                prompt, how = _prompt(backend, system, user, plain)
+                prompts.append(prompt)
+                mode[:] = [how]
             return backend.generate(prompts, request)
 
-        episodes = run_episodes(envs, sessions, policy, parse_reply, max_steps)
+        parse = reference.parse_action if self.is_reference else parse_reply
+        episodes = run_episodes(envs, sessions, policy, parse, max_steps)
         m = mode[0] if mode else None
         records = [episode_record(ep, m, targets.get(ep.goal_id)) for ep in episodes]
         return summarise(records, self.evaluator_version, max_steps)
@@ -188,8 +211,9 @@ class WebShopTask(Task):
             ep = Episode(index=i, goal_id=goal.id, session=i)
             ep.observation, _ = env.reset(session=i)
             ep.instruction, ep.available = env.get_instruction_text(), env.get_available_actions()
+            parse = reference.parse_action if self.is_reference else parse_reply
             for reply in predictions.get(goal.id, "").split("\n")[: data.MAX_STEPS]:
-                step_episode(ep, env, reply, parse_reply)
+                step_episode(ep, env, reply, parse)
                 if ep.done or ep.error:
                     break
             records.append(episode_record(ep, None, goal.asin))
