@@ -3,7 +3,8 @@
 `POST /v1/chat/completions` answers our two judge prompts by fixed rules:
 
 - **alpacaeval** (pairwise): the longer of the two responses wins (`m` on a tie) — a judge with a
-  pure length bias, which is what the length control must see through;
+  pure length bias, which is what the length control must see through; our prompt gets the
+  label, the reference's (AlpacaEval's ranking prompt) the `ordered_models` JSON;
 - **deepsearchqa** (correctness): `correct` iff the case-folded gold answer occurs in the
   prediction (Single Answer) or every comma-separated gold item does (Set Answer).
 
@@ -20,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 _SECTION = re.compile(r"# Response (m|M)\n<<<\n(.*?)\n>>>", re.DOTALL)
+_RANKED = re.compile(r'"model": "(m|M)",\n        "output": """(.*?)"""\n', re.DOTALL)
 #: Our DeepSearchQA judge prompt's fields, and the reference's (indented, "Question answer type").
 _FIELD = re.compile(
     r"^\s*(Answer type|Question answer type|Gold answer|Predicted answer): (.*)$", re.MULTILINE
@@ -30,6 +32,13 @@ def alpaca_verdict(prompt: str) -> str:
     sections = dict(_SECTION.findall(prompt))
     m, big_m = sections.get("m", ""), sections.get("M", "")
     return "M" if len(big_m) > len(m) else "m"
+
+
+def alpaca_ranking(prompt: str) -> str:
+    outputs = dict(_RANKED.findall(prompt))
+    best = "M" if len(outputs.get("M", "")) > len(outputs.get("m", "")) else "m"
+    worst = "m" if best == "M" else "M"
+    return json.dumps({"ordered_models": [{"model": best, "rank": 1}, {"model": worst, "rank": 2}]})
 
 
 def dsqa_verdict(prompt: str) -> str:
@@ -90,6 +99,8 @@ class JudgeServer:
         prompt = "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
         if "# Response m" in prompt:
             content = alpaca_verdict(prompt)
+        elif "make_partial_leaderboard" in prompt:
+            content = alpaca_ranking(prompt)
         elif "Gold answer:" in prompt:
             content = dsqa_verdict(prompt)
         else:

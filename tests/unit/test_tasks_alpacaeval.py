@@ -209,8 +209,8 @@ def test_score_predictions_with_the_loopback_judge(judge: JudgeServer) -> None:
         refs[4]["id"]: "tiny",  # loses
         # refs[5] missing: an empty output, judged (and loses)
     }
-    task = get_task("alpacaeval")
-    assert task.evaluator_version == "alpacaeval-2+reference+judge-loopback-judge"
+    task = get_task("alpacaeval", protocol="a2rl")  # our prompt (test_protocol_alpacaeval: the reference's)
+    assert task.evaluator_version == "alpacaeval-2+a2rl+judge-loopback-judge"
     result = task.score_predictions(preds, refs)
     assert judge.requests == 5
     by_id = {d["id"]: d for d in result.details}
@@ -230,7 +230,7 @@ def test_score_predictions_with_the_loopback_judge(judge: JudgeServer) -> None:
         assert by_id[ref["id"]]["swapped"] == is_swapped(ref["instruction"])
 
     # Re-scoring the same outputs costs nothing and gives the same result.
-    again = get_task("alpacaeval").score_predictions(preds, refs)
+    again = get_task("alpacaeval", protocol="a2rl").score_predictions(preds, refs)
     assert judge.requests == 5
     assert again.score == result.score and again.metrics["judge_cache_hits"] == 5.0
     assert all(d["judge_cached"] in (True, None) for d in again.details)

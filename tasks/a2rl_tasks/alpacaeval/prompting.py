@@ -9,7 +9,9 @@ whitespace.
 outputs labelled `m` and `M` and answers with one identifier, like AlpacaEval 2.0's ranking
 annotators. The reference output is `m` and the model's is `M` unless the item is swapped; the
 swap is decided by the instruction's hash (half the items, deterministic, so position bias
-averages out and a re-evaluation asks the identical question). The wording is our own.
+averages out and a re-evaluation asks the identical question). The wording is our own. It does
+not tell the judge to discount length: the length-controlled win rate does that (telling the
+judge as well corrected twice). The `reference` protocol's judge is `reference_judge`.
 """
 
 from __future__ import annotations
@@ -30,8 +32,7 @@ JUDGE_TEMPLATE = (
     'Two AI assistants, identified as "m" and "M", answered the instruction below. Decide which '
     "response better accomplishes what the instruction asks: it should be helpful, accurate, "
     "relevant and complete, and follow every explicit requirement of the instruction. Judge "
-    "content, not position: the order of the two responses is random. Do not prefer a response "
-    "merely because it is longer.\n"
+    "content, not position: the order of the two responses is random.\n"
     "\n"
     "# Instruction\n<<<\n{instruction}\n>>>\n"
     "\n"

@@ -2,6 +2,11 @@
 
 Score = length-controlled win rate (%) of the model's outputs against the reference outputs
 (`winrate.py`), judged by the configured OpenAI-compatible LLM judge (`a2rl_tasks.judge`).
+
+Protocols: `reference` asks the judge the reference annotator's ranking question
+(`reference_judge`: AlpacaEval's prompt, its output order, its ranking parser) and leaves items
+whose reply cannot be read out of the win rate; `a2rl` asks our one-identifier question
+(`prompting`) and counts such items as losses. Generation is the same in both.
 """
 
 from __future__ import annotations
@@ -13,8 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from a2rl.constants import ENV_JUDGE_BASE_URL
 from a2rl.errors import A2rlError
 from a2rl.inference import GenerationRequest
-from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
-from a2rl_tasks.alpacaeval import data
+from a2rl.protocols import DEFAULT_PROTOCOL, PROTOCOL_REFERENCE, EvalProtocol
+from a2rl_tasks.alpacaeval import data, reference_judge
 from a2rl_tasks.alpacaeval.prompting import (
     JUDGE_MAX_TOKENS,
     MAX_NEW_TOKENS,
@@ -52,16 +57,24 @@ def check_reference(ref: dict[str, Any]) -> None:
 
 
 def judge_outputs(
-    judge: Judge, items: list[dict[str, Any]], outputs: list[str], evaluator_version: str
+    judge: Judge,
+    items: list[dict[str, Any]],
+    outputs: list[str],
+    evaluator_version: str,
+    protocol: EvalProtocol = "a2rl",
 ) -> EvalResult:
     """Judge every (model output, reference output) pair and compute the win rates."""
+    reference = protocol == PROTOCOL_REFERENCE
+    messages = reference_judge.judge_messages if reference else judge_messages
+    parse = reference_judge.preference_from_reply if reference else preference_from_reply
+    swapped = reference_judge.is_switched if reference else is_swapped
     pending = [
         i
         for i, (it, out) in enumerate(zip(items, outputs, strict=True))
         if out.strip() != it["output"].strip()
     ]
     replies = judge.ask_many(
-        [judge_messages(items[i]["instruction"], outputs[i], items[i]["output"]) for i in pending],
+        [messages(items[i]["instruction"], outputs[i], items[i]["output"]) for i in pending],
         max_tokens=JUDGE_MAX_TOKENS,
     )
     by_index = dict(zip(pending, replies, strict=True))
@@ -72,8 +85,8 @@ def judge_outputs(
         if reply is None:  # identical to the reference: a draw, as in AlpacaEval, without asking
             pref: float | None = PREF_DRAW
         else:
-            pref = preference_from_reply(reply.text, item["instruction"])
-            if pref is None:  # an answer naming neither output counts as a loss (see docs)
+            pref = parse(reply.text, item["instruction"])
+            if pref is None:  # a2rl: a loss; reference: left out of the win rate (see docs)
                 unparsed += 1
         records.append(
             {
@@ -83,20 +96,25 @@ def judge_outputs(
                 "reference_output": item["output"],
                 "reference_generator": item.get("generator", ""),
                 "dataset": item.get("dataset", ""),
-                "preference": PREF_REFERENCE if pref is None else pref,
+                "preference": None
+                if pref is None and reference
+                else PREF_REFERENCE
+                if pref is None
+                else pref,
                 "model_preferred": pref is not None and pref > PREF_DRAW,
                 "judge_reply": None if reply is None else reply.text,
                 "judge_parsed": pref is not None,
                 "judge_cached": None if reply is None else reply.cached,
-                "swapped": is_swapped(item["instruction"]),
+                "swapped": swapped(item["instruction"]),
                 "length": len(out),
                 "reference_length": len(item["output"]),
             }
         )
+    rated = [r for r in records if r["preference"] is not None]
     rates = win_rates(
-        [r["preference"] for r in records],
-        [r["length"] for r in records],
-        [r["reference_length"] for r in records],
+        [r["preference"] for r in rated],
+        [r["length"] for r in rated],
+        [r["reference_length"] for r in rated],
     )
     metrics = rates.metrics() | judge.stats() | {"judge_unparsed": float(unparsed)}
     return EvalResult(
@@ -151,7 +169,7 @@ class AlpacaEvalTask(Task):
         outputs = [
             o.strip() for o in backend.generate(prompts, GenerationRequest(max_new_tokens=MAX_NEW_TOKENS))
         ]
-        result = judge_outputs(judge, items, outputs, self.evaluator_version)
+        result = judge_outputs(judge, items, outputs, self.evaluator_version, self.protocol)
         for record in result.details:
             record["mode"] = mode
         return result
@@ -161,4 +179,4 @@ class AlpacaEvalTask(Task):
             check_reference(ref)
         judge = self._judge()
         outputs = [predictions.get(str(ref["id"]), "").strip() for ref in references]
-        return judge_outputs(judge, references, outputs, self.evaluator_version)
+        return judge_outputs(judge, references, outputs, self.evaluator_version, self.protocol)
