@@ -149,7 +149,7 @@ def test_stage_to_store_and_fetch_back(tmp_path: Path, capsys: pytest.CaptureFix
     code, out, _ = run(capsys, "data", "stage", "webshop", "--store", uri, "--json")
     assert code == 0
     keys = json.loads(out)["store"]
-    assert keys["heldout"]["key"].endswith("data/webshop/2-seed0/heldout")
+    assert keys["heldout"]["key"].endswith("data/webshop/2+reference-seed0/heldout")  # data per protocol
     prefix = store_prefix(get_task("webshop"), 0)
     manifest = fetch_artifact(open_store(uri), f"{prefix}/heldout", tmp_path / "fetched")
     assert manifest.digest == keys["heldout"]["digest"]
@@ -217,9 +217,12 @@ def test_score_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_describe_every_task(capsys: pytest.CaptureFixture[str]) -> None:
     for name in TASKS:
-        code, out, _ = run(capsys, "tasks", "describe", name)
+        code, out, _ = run(capsys, "tasks", "describe", name, "--protocol", "a2rl")
         assert code == 0 and out.startswith("# Task: ") and name in out.splitlines()[0]
-    code, out, _ = run(capsys, "tasks", "describe", "webshop")
+        # `reference`: the reference's own description where a task ships one (its first line).
+        code, out, _ = run(capsys, "tasks", "describe", name, "--protocol", "reference")
+        assert code == 0 and out.startswith("#")
+    code, out, _ = run(capsys, "tasks", "describe", "webshop", "--protocol", "a2rl")
     assert "100 new tokens" in out and "reward ≥ 0.5" not in out and "at least 0.5" in out
 
 
