@@ -149,8 +149,10 @@ def baseline_key(task: str, model_digest: str, evaluator_version: str) -> str:
 
 
 def baseline_data_key(
-    task: str, model_digest: str, evaluator_version: str, heldout_digest: str, signer: str
+    task: str, model_digest: str, evaluator_version: str, heldout_digest: str, signer: str | None = None
 ) -> str:
-    """Local mode's baseline cache entry: of one held-out data set (its tree digest), signed by
-    one machine's key (`signer`: its fingerprint), so machines sharing a store keep their own."""
-    return f"baselines/{task}/{model_digest}/{evaluator_version}-data-{heldout_digest}-signer-{signer}.json"
+    """A baseline cache entry of one held-out data set (its digest). Local mode: signed by one
+    machine's key (`signer`: its fingerprint), so machines sharing a store keep their own; cluster
+    mode: no signer (the store is out of the agent's reach)."""
+    key = f"baselines/{task}/{model_digest}/{evaluator_version}-data-{heldout_digest}"
+    return f"{key}-signer-{signer}.json" if signer else f"{key}.json"

@@ -1,9 +1,11 @@
 """The baseline (submission 0): the base model's score, cached across runs.
 
-Cache key: `baselines/<task>/<model digest>/<evaluator version>.json` (`a2rl.store.layout.baseline_key`;
-the operator's), and in local mode `…/<evaluator version>-data-<held-out digest>-signer-<key
-fingerprint>.json` (`baseline_data_key`: staging other held-out data never reuses a stale
-baseline; machines sharing a store keep their own entries); an evaluation
+Cache key: `baselines/<task>/<model digest>/<evaluator version>-data-<held-out digest>.json`
+(`a2rl.store.layout.baseline_data_key`; the operator's, with the digest of the held-out artifact
+staged in the store: `cluster_baseline_cache_key`), and in local mode `…-signer-<key
+fingerprint>.json` (machines sharing a store keep their own entries). The evaluator version names
+the protocol (`gsm8k-2+reference`) and the held-out digest the data, so another protocol, other
+held-out data (source, seed) or a changed staging never reuse a stale baseline; an evaluation
 limited to the first N items is cached under `<evaluator version>+limitN` so a smoke-test
 baseline never stands in for a full one. Failed evaluations are not cached. An entry is a
 `BaselineEntry` (`a2rl.records.baseline`): the score, never the per-item details (gold answers).
@@ -19,10 +21,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from a2rl_tasks.artifacts import MANIFEST, heldout_key
 from a2rl_tasks.base import Task
 
 from a2rl.constants import BASELINE_INDEX
 from a2rl.integrity import fingerprint
+from a2rl.records.artifact import ArtifactManifest
 from a2rl.records.base import read_record, write_record
 from a2rl.records.baseline import BaselineEntry
 from a2rl.records.result import ResultRecord
@@ -50,11 +54,27 @@ def baseline_cache_key(
     heldout_digest: str | None = None,
     signer: str | None = None,
 ) -> str:
-    """The cache key; in local mode (`heldout_digest` and `signer`, the fingerprint of the key
-    that signs the entry) the held-out data's tree digest and the signer are in it."""
-    if heldout_digest is None or signer is None:
+    """The cache key: with `heldout_digest` the held-out data's digest is in it, and in local
+    mode `signer` too (the fingerprint of the key that signs the entry). Without a digest (held-out
+    data the operator cannot read) only the evaluator version keys it."""
+    if heldout_digest is None:
         return baseline_key(task.name, model_digest, cache_version(task, limit))
     return baseline_data_key(task.name, model_digest, cache_version(task, limit), heldout_digest, signer)
+
+
+def stored_heldout_digest(store: ObjectStore, task: Task, seed: int) -> str | None:
+    """The digest of `task`'s held-out artifact staged in `store` for `seed` (its manifest's),
+    None when it is not staged there (e.g. the held-out data come from a volume)."""
+    key = f"{heldout_key(task, seed)}/{MANIFEST}"
+    manifest = read_record(store, key, ArtifactManifest) if store.exists(key) else None
+    return None if manifest is None else manifest.digest
+
+
+def cluster_baseline_cache_key(
+    task: Task, model_digest: str, limit: int | None, store: ObjectStore, seed: int
+) -> str:
+    """The operator's cache key: keyed by the held-out artifact staged in `store` as well."""
+    return baseline_cache_key(task, model_digest, limit, stored_heldout_digest(store, task, seed))
 
 
 def baseline_submission_manifest(tree: TreeRecord, digest: str, base_name: str) -> SubmissionManifest:

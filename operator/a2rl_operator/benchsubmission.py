@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import kopf
-from a2rl_grader.baseline import baseline_cache_key
+from a2rl_grader.baseline import cluster_baseline_cache_key
 from a2rl_tasks import get_task
 from a2rl_tasks.artifacts import heldout_key
 
@@ -49,13 +49,14 @@ from a2rl.constants import (
 )
 from a2rl.protocols import EvalProtocol
 from a2rl.runs import parse_time
+from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.spans import ATTR_SUBMISSION_INDEX
 from a2rl_operator import status as st
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.grading import decisions as gr
 from a2rl_operator.grading import kube as gk
-from a2rl_operator.grading.store import RunStore
+from a2rl_operator.grading.store import RunStore, open_cached
 from a2rl_operator.kube import Kube, NameConflictError, NamespaceTerminatingError, plain
 from a2rl_operator.manifests import parse_spec
 from a2rl_operator.manifests.eval_job import EvalTarget, eval_job, eval_job_name
@@ -105,10 +106,18 @@ def refresh_aggregate(kube: Kube, namespace: str, run_name: str) -> None:
     write_status(kube, namespace, run_name, edit=edit)
 
 
-def _baseline_cache_key(task: str, model_digest: str, limit: int | None, eval_env: dict[str, str]) -> str:
+def _baseline_cache_key(
+    task: str,
+    model_digest: str,
+    limit: int | None,
+    eval_env: dict[str, str],
+    *,
+    store: ObjectStore,
+    seed: int,
+) -> str:
     """The key the eval pod's evaluator version gives: its judge (the run's own or the operator's)."""
 
-    return baseline_cache_key(get_task(task, eval_env), model_digest, limit)
+    return cluster_baseline_cache_key(get_task(task, eval_env), model_digest, limit, store, seed)
 
 
 def _heldout_key(task: str, seed: int, protocol: EvalProtocol) -> str:
@@ -167,7 +176,14 @@ def process_submission(kube: Kube, config: OperatorConfig, sub: Body, logger: Lo
     rmeta = run["metadata"]
     eval_env = config.grading.run_eval_env(run_spec)
     cache_key = (
-        _baseline_cache_key(run_spec.task, spec.model_digest, run_spec.evaluation.limit, eval_env)
+        _baseline_cache_key(
+            run_spec.task,
+            spec.model_digest,
+            run_spec.evaluation.limit,
+            eval_env,
+            store=open_cached(uri),
+            seed=run_spec.seed,
+        )
         if spec.index == BASELINE_INDEX
         else None
     )

@@ -659,16 +659,24 @@ def test_the_runs_judge_reaches_its_eval_pods_only_and_overrides_the_operators()
     assert "judge" not in json.dumps(report_job(run, parse_spec(run), STORE, grading))
 
 
-def test_baseline_cache_key_and_run_json_name_the_runs_judge() -> None:
+def test_baseline_cache_key_and_run_json_name_the_runs_judge(tmp_path: Path) -> None:
     """The operator keys the baseline cache with the evaluator version the eval pod computes."""
     from a2rl_operator.benchsubmission import _baseline_cache_key
+
+    from a2rl.store.open import open_store
+
+    store = open_store(tmp_path.as_uri())  # nothing staged: no held-out digest in the key
 
     grading = GradingConfig(grader_image="g:1", eval_env={ENV_JUDGE_BASE_URL: "http://judge:8000/v1",
                                                            ENV_JUDGE_MODEL: "default-judge"})  # fmt: skip
     own = parse_spec(benchrun(task="alpacaeval", evaluation={"judge": JUDGE}))
     default = parse_spec(benchrun(task="alpacaeval"))
-    key_own = _baseline_cache_key("alpacaeval", "d" * 64, None, grading.run_eval_env(own))
-    key_default = _baseline_cache_key("alpacaeval", "d" * 64, None, grading.run_eval_env(default))
+    key_own = _baseline_cache_key(
+        "alpacaeval", "d" * 64, None, grading.run_eval_env(own), store=store, seed=0
+    )
+    key_default = _baseline_cache_key(
+        "alpacaeval", "d" * 64, None, grading.run_eval_env(default), store=store, seed=0
+    )
     assert key_own.endswith("/alpacaeval-2+reference+judge-judge-7b.json")
     assert key_default.endswith("/alpacaeval-2+reference+judge-default-judge.json")
     # What the eval process computes from its own environment (the eval pod's env).
@@ -683,7 +691,9 @@ def test_baseline_cache_key_and_run_json_name_the_runs_judge() -> None:
     assert get_task("arith", pod_env).evaluator_version == "arith-1+reference"
     # The run's protocol reaches the eval pod (A2RL_EVAL_PROTOCOL) and the operator's cache key alike.
     ours = parse_spec(benchrun(task="alpacaeval", evaluation={"judge": JUDGE, "protocol": "a2rl"}))
-    key_ours = _baseline_cache_key("alpacaeval", "d" * 64, None, grading.run_eval_env(ours))
+    key_ours = _baseline_cache_key(
+        "alpacaeval", "d" * 64, None, grading.run_eval_env(ours), store=store, seed=0
+    )
     assert key_ours.endswith("/alpacaeval-2+a2rl+judge-judge-7b.json")
     ours_run = benchrun(task="alpacaeval", evaluation={"judge": JUDGE, "protocol": "a2rl"})
     ours_env = {

@@ -125,3 +125,30 @@ def test_description_picks_the_protocol_specific_file(
     (pkg / "description.reference.md").unlink()
     assert DescTask().description() == "ours\n"  # no protocol-specific file: description.md
     sys.modules.pop("protodesc", None)
+
+
+def test_baseline_cache_keys_name_the_protocol_and_the_heldout_data(tmp_path: Path) -> None:
+    """Issue 12's cache-key fix: the protocol (through the evaluator version) and the held-out
+    data's digest key the baseline, in cluster mode too (the manifest staged in the store)."""
+    from a2rl_grader.baseline import baseline_cache_key, cluster_baseline_cache_key, stored_heldout_digest
+    from a2rl_tasks.artifacts import stage_to_store
+
+    from a2rl.store.open import open_store
+
+    store = open_store(tmp_path.as_uri())
+    ref, ours = get_task("humaneval"), get_task("humaneval", protocol="a2rl")
+    assert stored_heldout_digest(store, ref, 0) is None  # not staged: the version alone keys it
+    assert cluster_baseline_cache_key(ref, "m" * 64, None, store, 0) == (
+        f"baselines/humaneval/{'m' * 64}/humaneval-2+reference.json"
+    )
+    stage_to_store(ref, store, source=None, seed=0)
+    digest = stored_heldout_digest(store, ref, 0)
+    assert digest and len(digest) == 64
+    key_ref = cluster_baseline_cache_key(ref, "m" * 64, None, store, 0)
+    key_ours = cluster_baseline_cache_key(ours, "m" * 64, None, store, 0)
+    assert key_ref == f"baselines/humaneval/{'m' * 64}/humaneval-2+reference-data-{digest}.json"
+    assert key_ours == f"baselines/humaneval/{'m' * 64}/humaneval-2+a2rl-data-{digest}.json"
+    # Local mode adds the signer; a limited evaluation never poses as a full one.
+    assert baseline_cache_key(ref, "m" * 64, 5, "h" * 64, "s1").endswith(
+        f"humaneval-2+reference+limit5-data-{'h' * 64}-signer-s1.json"
+    )
