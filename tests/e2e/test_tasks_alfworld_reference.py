@@ -266,3 +266,19 @@ def test_same_model_gives_the_references_prompts_and_score_in_reference_mode(
     corrected = ALFWorldTask(protocol=PROTOCOL_A2RL).evaluate(a2rl, staged.heldout_dir)
     assert corrected.score == 100.0
     assert any("> move " in _examples_part(p) for p in a2rl.prompts)
+
+
+def test_reference_staging_of_generated_games_uses_the_official_layout(tmp_path: Path) -> None:
+    task = get_task("alfworld", protocol=PROTOCOL_REFERENCE)
+    out = stage_artifacts(task, source="generated:train=2,heldout=1", root=tmp_path / "staged")
+    assert sorted(p.name for p in out.train_dir.iterdir() if p.name != MANIFEST) == [data.RAW_TRAIN_DIR]
+    files = [
+        p.relative_to(out.train_dir / data.RAW_TRAIN_DIR)
+        for p in (out.train_dir / data.RAW_TRAIN_DIR).rglob("*")
+    ]
+    games = sorted(f for f in files if f.name == generator.GAME_FILE)
+    assert len(games) == 2 and len([f for f in files if f.name == generator.TRAJ_FILE]) == 2
+    for game in games:  # <type>-<Object>-None-<Receptacle>-<scene>/trial_…/game.tw-pddl
+        assert reference.reference_prefix("/".join(game.parts[:2])) is not None
+        assert game.parts[1].startswith("trial_") and len(game.parts) == 3
+    assert task.data_version == "2+reference" and task.evaluator_version == "alfworld-1+reference"
