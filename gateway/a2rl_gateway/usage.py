@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,9 +144,17 @@ def from_stream(protocol: str, raw: bytes) -> Answer:
     if protocol == p.OPENAI_RESPONSES:
         return openai_responses_stream(events)
     if protocol == p.GEMINI:
-        chunks = [d for d in (e.json() for e in events) if isinstance(d, Mapping)]
-        return _gemini_chunks(chunks, events=len(events))
+        return _gemini_chunks([data for _, data in json_events(events)], events=len(events))
     return Answer(body=[e.data for e in events], events=len(events))
+
+
+def json_events(events: Sequence[SSEEvent]) -> Iterator[tuple[Any, Mapping[str, Any]]]:
+    """(type, data) of each event whose data is a JSON object; the type is the data's `type`, else
+    the SSE event name."""
+    for ev in events:
+        data = ev.json()
+        if isinstance(data, Mapping):
+            yield data.get("type") or ev.event, data
 
 
 def _str(value: Any) -> str | None:
@@ -163,18 +171,12 @@ def _openai_finish(body: Mapping[str, Any]) -> list[str]:
     return [status] if isinstance(status, str) else []
 
 
-def anthropic_stream(events: Iterable[SSEEvent]) -> Answer:
+def anthropic_stream(events: Sequence[SSEEvent]) -> Answer:
     message: dict[str, Any] = {}
     usage: dict[str, Any] = {}
     blocks: dict[int, dict[str, Any]] = {}
     partial_json: dict[int, str] = {}
-    count = 0
-    for ev in events:
-        count += 1
-        data = ev.json()
-        if not isinstance(data, Mapping):
-            continue
-        kind = data.get("type") or ev.event
+    for kind, data in json_events(events):
         if kind == "message_start" and isinstance(data.get("message"), Mapping):
             message = copy.deepcopy(dict(data["message"]))
             if isinstance(message.get("usage"), Mapping):
@@ -216,7 +218,7 @@ def anthropic_stream(events: Iterable[SSEEvent]) -> Answer:
         response_id=_str(message.get("id")),
         finish_reasons=[reason] if isinstance(reason, str) else [],
         body=message or None,
-        events=count,
+        events=len(events),
     )
 
 
@@ -228,16 +230,11 @@ def _int_or(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
 
 
-def openai_chat_stream(events: Iterable[SSEEvent]) -> Answer:
+def openai_chat_stream(events: Sequence[SSEEvent]) -> Answer:
     out: dict[str, Any] = {}
     choices: dict[int, dict[str, Any]] = {}
     usage: Any = None
-    count = 0
-    for ev in events:
-        count += 1
-        data = ev.json()
-        if not isinstance(data, Mapping):
-            continue
+    for _, data in json_events(events):
         for key in ("id", "model", "created", "system_fingerprint", "service_tier"):
             if data.get(key) is not None:
                 out[key] = data[key]
@@ -266,7 +263,7 @@ def openai_chat_stream(events: Iterable[SSEEvent]) -> Answer:
         response_id=_str(out.get("id")),
         finish_reasons=[str(c["finish_reason"]) for c in out.get("choices", []) if c.get("finish_reason")],
         body=out or None,
-        events=count,
+        events=len(events),
     )
 
 
@@ -295,15 +292,9 @@ def _merge_chat_delta(message: dict[str, Any], delta: Mapping[str, Any]) -> None
             message[key] = value
 
 
-def openai_responses_stream(events: Iterable[SSEEvent]) -> Answer:
+def openai_responses_stream(events: Sequence[SSEEvent]) -> Answer:
     final: Any = None
-    count = 0
-    for ev in events:
-        count += 1
-        data = ev.json()
-        if not isinstance(data, Mapping):
-            continue
-        kind = data.get("type") or ev.event
+    for kind, data in json_events(events):
         if (
             isinstance(kind, str)
             and kind.startswith("response.")
@@ -311,9 +302,9 @@ def openai_responses_stream(events: Iterable[SSEEvent]) -> Answer:
         ):
             final = data["response"]  # the last response.* snapshot (completed/incomplete/failed)
     if not isinstance(final, Mapping):
-        return Answer(events=count)
+        return Answer(events=len(events))
     answer = from_json(p.OPENAI_RESPONSES, final)
-    answer.events = count
+    answer.events = len(events)
     return answer
 
 
