@@ -29,6 +29,8 @@ from a2rl.constants import (
     WS_RUN_META,
 )
 from a2rl.errors import A2rlError
+from a2rl.protocols import DEFAULT_PROTOCOL, PROTOCOL_REFERENCE, EvalProtocol
+from a2rl.reference_instructions import REFERENCE_INSTRUCTIONS
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 #: What a freshly formatted volume already holds (ext4's `lost+found`): not the agent's files.
@@ -243,13 +245,34 @@ def create_workspace(
 @dataclass(frozen=True)
 class WorkspaceRules:
     """What `instructions.md` and `run_meta.json` tell the agent (the same in local and cluster
-    mode): the task, the base model, the budget and the submission cap."""
+    mode): the task, the base model, the budget and the submission cap; `protocol` picks the
+    instructions (`instructions_for`)."""
 
     task: str
     base_model: str
     budget_s: int
     grace_s: int
     max_submissions: int | None
+    protocol: EvalProtocol = DEFAULT_PROTOCOL
+
+
+def instructions_for(rules: WorkspaceRules) -> str:
+    """`instructions.md`: under `reference` the reference's own text, verbatim
+    (`a2rl.reference_instructions`), plus one line when the run caps submissions (the reference
+    had no cap and so says nothing of one); under `a2rl` ours (`render_instructions`)."""
+    if rules.protocol == PROTOCOL_REFERENCE:
+        if rules.max_submissions:
+            cap = f"You may submit at most {rules.max_submissions} times; further submissions are refused."
+            return f"{REFERENCE_INSTRUCTIONS}\n## Submission limit (this run)\n- {cap}\n"
+        return REFERENCE_INSTRUCTIONS
+    return render_instructions(
+        task=rules.task,
+        base_model=rules.base_model,
+        base_name=sanitize_model_name(rules.base_model),
+        budget_s=rules.budget_s,
+        grace_s=rules.grace_s,
+        max_submissions=rules.max_submissions,
+    )
 
 
 def build_workspace(
@@ -276,14 +299,7 @@ def build_workspace(
         train_dir=train_dir,
         heldout_dir=heldout_dir,
         description=description,
-        instructions=render_instructions(
-            task=rules.task,
-            base_model=rules.base_model,
-            base_name=sanitize_model_name(rules.base_model),
-            budget_s=rules.budget_s,
-            grace_s=rules.grace_s,
-            max_submissions=rules.max_submissions,
-        ),
+        instructions=instructions_for(rules),
         meta=run_meta(None, rules.budget_s),
         into_empty_mount=into_empty_mount,
     )
@@ -305,7 +321,8 @@ def render_instructions(
     grace_s: int,
     max_submissions: int | None,
 ) -> str:
-    """The general rules given to every agent (task details are in description.md)."""
+    """The `a2rl` protocol's general rules (task details are in description.md); route-neutral:
+    any post-training method, none suggested first."""
     cap = (
         f"You may submit at most **{max_submissions}** times; further submissions are refused."
         if max_submissions

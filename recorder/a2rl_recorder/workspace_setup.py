@@ -99,6 +99,7 @@ def setup_workspace(
                     budget_s=int(config.timeout_s),
                     grace_s=params.grace_s,
                     max_submissions=config.max_submissions,
+                    protocol=params.protocol,
                 ),
                 description=task.description(),
                 model_dir=model_dir,

@@ -292,6 +292,7 @@ def prepare(
                 budget_s=spec.budget.wall_time_seconds,
                 grace_s=spec.budget.grace_seconds,
                 max_submissions=spec.budget.max_submissions,
+                protocol=spec.evaluation.protocol,
             ),
             description=task.description(),
             model_dir=model_dir,

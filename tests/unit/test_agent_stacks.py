@@ -45,9 +45,10 @@ def _arith_workspace(
     ]
     (train / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (heldout / "heldout.jsonl").write_text('{"question": "HELDOUT-SECRET-QUESTION", "answer": "#### 4242"}\n')
-    rules = WorkspaceRules(
-        task="arith", base_model="tiny", budget_s=budget_s, grace_s=15, max_submissions=max_submissions
-    )
+    rules = WorkspaceRules(  # a2rl's own instructions.md (the reference's is verbatim RD-Agent text)
+        task="arith", base_model="tiny", budget_s=budget_s, grace_s=15, max_submissions=max_submissions,
+        protocol="a2rl",
+    )  # fmt: skip
     root = tmp_path / "ws"
     build_workspace(
         root,

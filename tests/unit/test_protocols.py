@@ -152,3 +152,26 @@ def test_baseline_cache_keys_name_the_protocol_and_the_heldout_data(tmp_path: Pa
     assert baseline_cache_key(ref, "m" * 64, 5, "h" * 64, "s1").endswith(
         f"humaneval-2+reference+limit5-data-{'h' * 64}-signer-s1.json"
     )
+
+
+def test_instructions_follow_the_protocol() -> None:
+    """`reference`: the reference's English instructions.md byte for byte (plus a cap line when
+    the run caps submissions); `a2rl`: ours, route-neutral."""
+    from a2rl.reference_instructions import REFERENCE_INSTRUCTIONS
+    from a2rl.workspace import WorkspaceRules, instructions_for
+
+    rules = WorkspaceRules(task="gsm8k", base_model="Org/M", budget_s=600, grace_s=5, max_submissions=None)
+    assert instructions_for(rules) == REFERENCE_INSTRUCTIONS
+    assert REFERENCE_INSTRUCTIONS.startswith(
+        "#AutoRL-Bench task description\n\nYou are a reinforcement learning training agent"
+    )
+    assert len(REFERENCE_INSTRUCTIONS) == 5909  # RD-Agent core/instructions.md, English (014f031)
+    capped = instructions_for(WorkspaceRules("gsm8k", "Org/M", 600, 5, 3))
+    assert capped.startswith(REFERENCE_INSTRUCTIONS) and "at most 3 times" in capped
+    ours = instructions_for(WorkspaceRules("gsm8k", "Org/M", 600, 5, None, protocol="a2rl"))
+    assert ours.startswith("# Instructions") and "any method is allowed" in ours
+    # Route-neutral task descriptions under a2rl: no route is called the usual or fastest one.
+    for name in ("gsm8k", "humaneval", "alpacaeval"):
+        text = get_task(name, protocol="a2rl").description()
+        assert "scoring prefers none" in text and "usual" not in text and "fastest" not in text
+        assert get_task(name).description().startswith("#")  # the reference's own description
