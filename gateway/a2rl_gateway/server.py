@@ -15,19 +15,17 @@ import contextlib
 import gzip
 import json
 import logging
-import socket
 import time
 import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from a2rl.records.driver import DriverCallRecord, DriverSummary
 from a2rl.records.times import utc_now
-from a2rl.unix_server import PrivateUnixServer
+from a2rl.service_server import ServiceHTTPServer, ServiceRequestHandler, ServiceUnixServer
 from a2rl_gateway import errors as e
 from a2rl_gateway import protocols as p
 from a2rl_gateway.redact import redact_headers, redact_query, redact_url, redact_value
@@ -44,34 +42,18 @@ MAX_REQUEST_BYTES = 64 << 20
 #: Largest body kept in a call record (the rest is cut, `truncated: true`).
 MAX_RECORD_BODY_BYTES = 8 << 20
 _CHUNK = 1 << 16
-LISTEN_BACKLOG = 1024
 
 
-class _ServesGateway:
-    gateway: Gateway
-    daemon_threads = True
-    request_queue_size = LISTEN_BACKLOG
-
-
-class GatewayHTTPServer(_ServesGateway, ThreadingHTTPServer):
-    allow_reuse_address = True
-
+class GatewayHTTPServer(ServiceHTTPServer["Gateway"]):
     def __init__(self, gateway: Gateway, host: str, port: int) -> None:
-        self.gateway = gateway
-        super().__init__((host, port), _Handler)
-
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
+        super().__init__(gateway, host, port, _Handler)
 
 
-class GatewayUnixServer(_ServesGateway, PrivateUnixServer):
-    """The gateway on a Unix socket at `path` (`a2rl.unix_server`: mode 0600, a stale socket replaced,
-    the file removed by `server_close`)."""
+class GatewayUnixServer(ServiceUnixServer["Gateway"]):
+    """The gateway on a Unix socket at `path` (for the local sandbox to relay)."""
 
     def __init__(self, gateway: Gateway, path: Path) -> None:
-        self.gateway = gateway
-        super().__init__(path, _Handler)
+        super().__init__(gateway, path, _Handler)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -114,19 +96,8 @@ def recorded_body(raw: bytes) -> tuple[Any, bool]:
         return raw.decode("utf-8", errors="replace"), False
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ServiceRequestHandler):
     server: GatewayHTTPServer | GatewayUnixServer
-    protocol_version = "HTTP/1.1"
-    default_request_version = "HTTP/1.0"
-
-    def setup(self) -> None:
-        super().setup()
-        if self.connection.family in (socket.AF_INET, socket.AF_INET6):
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def address_string(self) -> str:
-        addr = self.client_address
-        return str(addr[0]) if isinstance(addr, tuple) and addr else "unix"
 
     def log_message(self, format: str, *args: Any) -> None:
         # The request line may carry `?key=<token>`.
@@ -203,7 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- one request --------------------------------------------------------------------------
     def _handle(self) -> None:
-        gw = self.server.gateway
+        gw = self.server.service
         path, _, query = self.path.partition("?")
         if path.rstrip("/") == "/health" and self.command in ("GET", "HEAD"):
             self._send_json(200, {"status": "ok"})
@@ -304,7 +275,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         rec.finished_at = utc_now()
         rec.latency_s = round(time.monotonic() - self._t0, 6)
-        self._pending = self.server.gateway.meter.account(rec)
+        self._pending = self.server.service.meter.account(rec)
 
     def _refuse(self, rec: DriverCallRecord, protocol: str, status: int, message: str, why: str) -> None:
         rec.status, rec.refused, rec.error = status, why, message
@@ -354,7 +325,7 @@ class _Handler(BaseHTTPRequestHandler):
         status = int(getattr(resp, "status", None) or resp.code)
         rec.status = status
         upstream_headers = list(resp.headers.items())
-        rec.response_headers = redact_headers(upstream_headers, self.server.gateway.secrets)
+        rec.response_headers = redact_headers(upstream_headers, self.server.service.secrets)
         ctype = (resp.headers.get("Content-Type") or "").lower()
         length = resp.headers.get("Content-Length")
         streamed = "text/event-stream" in ctype or (rec.stream and length is None)
@@ -428,7 +399,7 @@ class _Handler(BaseHTTPRequestHandler):
         streamed: bool,
         encoding: str,
     ) -> None:
-        gw = self.server.gateway
+        gw = self.server.service
         data = _decoded(raw, encoding)
         answer: Answer
         if streamed:

@@ -15,21 +15,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import socket
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from a2rl.unix_server import PrivateUnixServer
+from a2rl.service_server import ServiceHTTPServer, ServiceRequestHandler, ServiceUnixServer
 from a2rl_recorder.service import Recorder, Reply
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
-#: Pending connections the kernel queues before refusing (the stdlib's default of 5 dropped most
-#: of 200 simultaneous clients; the kernel caps it at net.core.somaxconn).
-LISTEN_BACKLOG = 1024
 #: After a protocol error, what is still unread of the request is read (at most this much, for at
 #: most this long) before closing, so the client gets the JSON answer instead of a reset.
 _DRAIN_BYTES = 1 << 20
@@ -44,33 +39,16 @@ ROUTES: dict[str, dict[str, str]] = {
 }
 
 
-class _ServesRecorder:
-    """What both servers share: the recorder, daemon threads, a realistic listen backlog."""
-
-    recorder: Recorder
-    daemon_threads = True
-    request_queue_size = LISTEN_BACKLOG
-
-
-class RecorderHTTPServer(_ServesRecorder, ThreadingHTTPServer):
-    allow_reuse_address = True
-
+class RecorderHTTPServer(ServiceHTTPServer[Recorder]):
     def __init__(self, recorder: Recorder, host: str, port: int) -> None:
-        self.recorder = recorder
-        super().__init__((host, port), _Handler)
-
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
+        super().__init__(recorder, host, port, _Handler)
 
 
-class RecorderUnixServer(_ServesRecorder, PrivateUnixServer):
-    """The grading API on a Unix socket at `path` (`a2rl.unix_server`: mode 0600, a stale socket replaced,
-    the file removed by `server_close`)."""
+class RecorderUnixServer(ServiceUnixServer[Recorder]):
+    """The grading API on a Unix socket at `path` (for the local sandbox to relay)."""
 
     def __init__(self, recorder: Recorder, path: Path) -> None:
-        self.recorder = recorder
-        super().__init__(path, _Handler)
+        super().__init__(recorder, path, _Handler)
 
 
 def _shown(text: str, limit: int) -> str:
@@ -79,23 +57,8 @@ def _shown(text: str, limit: int) -> str:
     return shown if len(text) <= limit else shown + "…"
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ServiceRequestHandler):
     server: RecorderHTTPServer | RecorderUnixServer
-    protocol_version = "HTTP/1.1"
-    # A two-word request line ("GET /health", HTTP/0.9) still gets a status line and headers.
-    default_request_version = "HTTP/1.0"
-
-    def setup(self) -> None:
-        super().setup()
-        if self.connection.family in (socket.AF_INET, socket.AF_INET6):
-            # Headers and body leave in two writes: with Nagle's algorithm and the client's delayed
-            # ACK each keep-alive request would wait ~40 ms for its body.
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def address_string(self) -> str:
-        # A Unix socket's peer has no address ('' in client_address).
-        addr = self.client_address
-        return str(addr[0]) if isinstance(addr, tuple) and addr else "unix"
 
     def log_message(self, format: str, *args: Any) -> None:
         # The request line is the client's: no terminal escapes into the log, no 64 KiB lines.
@@ -156,7 +119,7 @@ class _Handler(BaseHTTPRequestHandler):
                 405, {"error": f"{method} is not allowed on {path}; use {allowed}"}, {"Allow": allowed}
             )
             return
-        handler = getattr(self.server.recorder, methods[method])
+        handler = getattr(self.server.service, methods[method])
         try:
             if method == "POST":
                 parsed = self._json_body()
