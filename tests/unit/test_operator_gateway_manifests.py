@@ -203,8 +203,15 @@ def test_upstream_rules_follow_the_base_url() -> None:
     assert v4["cidr"] == "0.0.0.0/0" and "10.0.0.0/8" in v4["except"] and "169.254.0.0/16" in v4["except"]
     (ip,) = upstream_rules(parse_spec(stack_run("http://10.1.2.3:8000/v1")), "team-a")
     assert ip == {"to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}], "ports": [{"protocol": "TCP", "port": 8000}]}
-    (svc,) = upstream_rules(parse_spec(stack_run("http://vllm.llm:8000/v1")), "team-a")
-    assert svc["to"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "llm"}}}]
+    in_llm = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "llm"}}}]
+    (svc,) = upstream_rules(parse_spec(stack_run("http://vllm.llm.svc:8000/v1")), "team-a")
+    assert svc["to"] == in_llm
+    # `name.tld` may be a Service (`<service>.<namespace>`) or a public API: both are allowed.
+    svc, public = upstream_rules(parse_spec(stack_run("http://vllm.llm:8000/v1")), "team-a")
+    assert svc["to"] == in_llm and public["ports"] == [{"protocol": "TCP", "port": 8000}]
+    ns_ai, public = upstream_rules(parse_spec(stack_run("https://openrouter.ai/api/v1")), "team-a")
+    assert ns_ai["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] == "ai"
+    assert public["to"][0]["ipBlock"]["cidr"] == "0.0.0.0/0" and public["ports"][0]["port"] == 443
 
 
 def test_the_agent_container_runs_the_stack_through_the_launcher_with_the_token_from_the_secret() -> None:

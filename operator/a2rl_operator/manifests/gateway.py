@@ -288,17 +288,26 @@ def gateway_service(body: Body) -> Manifest:
 
 def upstream_rules(spec: BenchRunSpec, namespace: str) -> list[Manifest]:
     """Egress to the upstream of `spec.driver`: its IP or in-cluster Service exactly; a public
-    host name (the providers' APIs) as every public address on the URL's port."""
+    host name (the providers' APIs) as every public address on the URL's port.
+
+    A two-label host (`name.tld`) is both: as for the judge, `<service>.<namespace>` is an
+    in-cluster Service, but `openrouter.ai` is a public API — the pod's resolver tries the
+    cluster's search domains first and falls back to public DNS, so both peers are allowed."""
     assert spec.driver is not None
     url = spec.driver.base_url or "https://"  # the providers' own APIs: public, https
-    try:
-        if spec.driver.base_url:  # as for the judge: `<service>.<namespace>` is in-cluster
-            return [gateway_rule(url_peer(url, namespace))]
-    except UrlPeerError:
-        pass
+    rules: list[Manifest] = []
+    if spec.driver.base_url:
+        try:
+            peer = url_peer(url, namespace)
+        except UrlPeerError:
+            pass
+        else:
+            rules.append(gateway_rule(peer))
+            if peer.cidr is not None or not _two_label_host(url):
+                return rules
     parts = urlsplit(url)
     port = parts.port or DEFAULT_PORTS.get(parts.scheme, 443)
-    return [
+    rules.append(
         {
             "to": [
                 {"ipBlock": {"cidr": "0.0.0.0/0", "except": list(NON_PUBLIC_V4)}},
@@ -306,7 +315,12 @@ def upstream_rules(spec: BenchRunSpec, namespace: str) -> list[Manifest]:
             ],
             "ports": [{"protocol": "TCP", "port": port}],
         }
-    ]
+    )
+    return rules
+
+
+def _two_label_host(url: str) -> bool:
+    return len((urlsplit(url).hostname or "").rstrip(".").split(".")) == 2
 
 
 def gateway_network_policy(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Manifest:
