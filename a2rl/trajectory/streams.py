@@ -175,6 +175,19 @@ def parse_trajectory(stack: str, events: Iterable[Event]) -> list[ToolCall]:
     ]
 
 
+def event_lines(output: bytes) -> bytes:
+    """The stack's event stream in an agent's output: the lines that are JSON objects, one per
+    line (what is stored as `agent/trajectory.jsonl`, locally and in a cluster)."""
+    kept = []
+    for line in output.splitlines():
+        try:
+            if isinstance(json.loads(line), dict):
+                kept.append(line)
+        except ValueError:
+            continue
+    return b"".join(line + b"\n" for line in kept)
+
+
 def stream_events(raw: bytes) -> list[dict[str, Any]]:
     """The JSON objects of a JSONL stream, in order (other lines skipped)."""
     events = []

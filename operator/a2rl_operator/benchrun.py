@@ -397,6 +397,8 @@ def prepare_report(
             logs = gk.pod_logs(kube, meta["namespace"], pod, [RECORDER_CONTAINER, AGENT_CONTAINER])
             for container, text in logs.items():
                 store.write_log(container, text)
+            if has_gateway(spec) and AGENT_CONTAINER in logs:  # a stack run: its event stream
+                store.write_agent_trajectory(logs[AGENT_CONTAINER])
         except Exception:
             logger.exception(
                 "BenchRun %s/%s: could not archive the workspace logs", meta["namespace"], meta["name"]

@@ -12,7 +12,6 @@ through the agent's `.bash_profile`/`.profile` (the stack's shell commands run `
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -26,6 +25,7 @@ from a2rl.agent_prompt import workspace_prompt
 from a2rl.api.benchrun import BenchRunSpec, DriverSpec
 from a2rl.errors import A2rlError
 from a2rl.stacks import UPSTREAM_KEY_ENV, default_api_key_env, home_files, invocation
+from a2rl.trajectory.streams import event_lines
 from a2rl_runner.stacks.install import InstalledStack
 
 #: Providers whose servers may run without a key (a self-hosted vLLM, for instance).
@@ -147,15 +147,7 @@ def stack_command(
 
 def trajectory_bytes(agent_log: Path) -> bytes:
     """The stack's event stream: the JSON objects among the agent's output lines, one per line."""
-    kept = []
     try:
-        lines = agent_log.read_bytes().splitlines()
+        return event_lines(agent_log.read_bytes())
     except OSError:
         return b""
-    for line in lines:
-        try:
-            if isinstance(json.loads(line), dict):
-                kept.append(line)
-        except ValueError:
-            continue
-    return b"".join(line + b"\n" for line in kept)

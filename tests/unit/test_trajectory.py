@@ -12,8 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from a2rl_operator.grading.store import RunStore
 
 from a2rl.stacks import STACK_NAMES
+from a2rl.store.layout import RunLayout
+from a2rl.store.local import LocalStore
 from a2rl.trajectory import (
     KINDS,
     AnswerCalls,
@@ -25,6 +28,7 @@ from a2rl.trajectory import (
     stream_events,
 )
 from a2rl.trajectory.commands import simple_commands, strip_heredocs, unwrap
+from a2rl.trajectory.streams import event_lines
 
 FIXTURES = Path(__file__).parent / "fixtures" / "trajectory"
 SCRIPTED_KINDS = ["edit", "shell", "training", "submission"]
@@ -220,3 +224,14 @@ def test_untimed_calls_are_placed_on_the_driver_answers_that_asked_for_them() ->
 
 def test_kinds_are_the_six_documented() -> None:
     assert KINDS == ("edit", "shell", "training", "submission", "read", "other")
+
+
+def test_the_event_stream_is_the_json_object_lines_of_the_agent_output(tmp_path: Path) -> None:
+    # Local runs and a cluster's archived agent log give the same `agent/trajectory.jsonl`.
+    output = b'starting\n{"type": "assistant"}\n[1, 2]\nnot json {\n{"type": "result"}\n'
+    assert event_lines(output) == b'{"type": "assistant"}\n{"type": "result"}\n'
+    assert event_lines(b"no events\n") == b""
+    store = LocalStore(tmp_path)
+    layout = RunLayout("team-a", "cc", "0123")
+    key = RunStore(store, layout).write_agent_trajectory(output.decode())
+    assert key == layout.agent_trajectory and store.get_bytes(key) == event_lines(output)

@@ -26,6 +26,7 @@ from a2rl.records.run import RunRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.store.open import open_store
+from a2rl.trajectory.streams import event_lines
 
 #: The report's main file (a2rl_grader.report.write.REPORT_JSON).
 REPORT_JSON = "report.json"
@@ -109,6 +110,12 @@ class RunStore:
     def write_log(self, component: str, text: str) -> str:
         key = self.layout.log(component)
         self.store.put_bytes(key, text.encode())
+        return key
+
+    def write_agent_trajectory(self, agent_log: str) -> str:
+        """`agent/trajectory.jsonl` of a stack run: its event stream, from the agent's log."""
+        key = self.layout.agent_trajectory
+        self.store.put_bytes(key, event_lines(agent_log.encode()))
         return key
 
     @property
