@@ -16,7 +16,7 @@ from a2rl_operator import driver_usage
 from a2rl_operator import status as st
 from a2rl_operator.config import Egress, OperatorConfig
 from a2rl_operator.manifests import children, parse_spec
-from a2rl_operator.manifests.gateway import STACK_INSTALL_ROOT, STACK_LAUNCHER, gateway_url, upstream_rules
+from a2rl_operator.manifests.gateway import STACK_INSTALL_ROOT, gateway_url, upstream_rules
 
 from a2rl.api.benchrun import BenchRunStatus
 from a2rl.constants import (
@@ -217,7 +217,7 @@ def test_upstream_rules_follow_the_base_url() -> None:
 def test_the_agent_container_runs_the_stack_through_the_launcher_with_the_token_from_the_secret() -> None:
     objs = objects(stack_run())
     (agent,) = podparse_spec(objs[("Job", "cc-workspace")])["containers"]
-    assert agent["command"][:3] == ["python", "-c", STACK_LAUNCHER]
+    assert agent["command"][:3] == ["python", "-m", "a2rl.contracts.stack_launch"]
     params = json.loads(agent["command"][3])
     assert params["gateway"] == "http://cc-gateway.team-a.svc:8080"
     assert params["install_dir"] == "/opt/a2rl-cache/agents/claude-code-2.1.331"

@@ -15,17 +15,13 @@ agent the gateway's egress to the upstream provider. Instead each stack run gets
   egress only to DNS, the store and the upstream (`spec.driver.baseUrl`);
 - one egress rule in the workspace pod's policy (`agent_gateway_rule`): the gateway pod, its port.
 
-The agent container of a stack run gets a command generated here (`stack_command`): a short
-Python launcher run by the image's Python (the stack images carry a2rl) that waits (bounded) for
-the gateway's `/health`, builds the prompt from the workspace once the set-up has filled it
-(`a2rl.agent_prompt`), takes the token out of its environment, writes the stack's start-up files
-into HOME and `exec`s the stack's invocation (`a2rl.stacks.invocation`) pointed at the gateway
-Service: the images stay plain.
+The agent container of a stack run gets a command generated here (`stack_command`): the launcher
+`a2rl.contracts.stack_launch` run by the image's Python (the stack images carry a2rl), which
+starts the stack's invocation pointed at the gateway Service: the images stay plain.
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 from urllib.parse import urlsplit
 
@@ -48,6 +44,7 @@ from a2rl.constants import (
     LABEL_COMPONENT,
     LABEL_RUN_UID,
 )
+from a2rl.contracts.stack_launch import LaunchParams, launch_argv
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
 from a2rl_operator.config import OperatorConfig
@@ -91,42 +88,6 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 #: How long the agent's launcher waits for the gateway to answer `/health` before it starts the
 #: stack anyway (the stack then reports the connection error itself).
 GATEWAY_WAIT_S = 120
-
-# The agent container's command for a stack run (see the module's docstring). `exec`: the stack
-# becomes the container's PID 1, so the deadline probe's SIGTERM reaches it.
-STACK_LAUNCHER = r"""
-import json, os, sys, time, urllib.request
-from pathlib import Path
-from a2rl.agent_prompt import workspace_prompt
-from a2rl.stacks import UPSTREAM_KEY_ENV, home_files, invocation
-
-p = json.loads(sys.argv[1])
-until = time.monotonic() + p["gateway_wait_s"]
-while time.monotonic() < until:  # the gateway pod starts beside the workspace pod
-    try:
-        urllib.request.urlopen(p["gateway"] + "/health", timeout=2).close()
-        break
-    except OSError:
-        time.sleep(1)
-token = os.environ.pop(p["token_env"])
-workspace = Path(os.environ["WORKSPACE"])
-prompt = workspace_prompt(
-    workspace, mode=p["mode"], budget_s=p["budget_s"], max_submissions=p["max_submissions"]
-)
-common = dict(
-    model=p["model"], gateway_base_url=p["gateway"], token=token, workspace=workspace, provider=p["provider"]
-)
-argv, extra = invocation(p["stack"], prompt=prompt, install_dir=Path(p["install_dir"]), **common)
-home = Path(os.environ.get("HOME") or workspace / ".agent-home")
-for rel, content in home_files(p["stack"], **common).items():
-    path = home / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(content)
-env = {k: v for k, v in os.environ.items() if k not in UPSTREAM_KEY_ENV}
-env.update(extra)
-sys.stdout.flush()
-os.execve(argv[0], argv, env)
-"""
 
 
 def has_gateway(spec: BenchRunSpec) -> bool:
@@ -362,19 +323,19 @@ def stack_command(body: Body, spec: BenchRunSpec) -> list[str]:
     """The agent container's command: the launcher and what it needs (no secret: the token comes
     from the environment, `stack_env`)."""
     assert spec.agent.stack is not None and spec.driver is not None
-    params = {
-        "stack": spec.agent.stack,
-        "provider": spec.driver.provider,
-        "model": spec.driver.model,
-        "gateway": gateway_url(body),
-        "install_dir": f"{STACK_INSTALL_ROOT}/{spec.agent.stack}-{spec.agent.stack_version_or_default}",
-        "mode": spec.agent.mode,
-        "budget_s": spec.budget.wall_time_seconds,
-        "max_submissions": spec.budget.max_submissions,
-        "token_env": ENV_AGENT_GATEWAY_TOKEN,
-        "gateway_wait_s": GATEWAY_WAIT_S,
-    }
-    return ["python", "-c", STACK_LAUNCHER, json.dumps(params, sort_keys=True)]
+    params = LaunchParams(
+        stack=spec.agent.stack,
+        provider=spec.driver.provider,
+        model=spec.driver.model,
+        gateway=gateway_url(body),
+        install_dir=f"{STACK_INSTALL_ROOT}/{spec.agent.stack}-{spec.agent.stack_version_or_default}",
+        mode=spec.agent.mode,
+        budget_s=spec.budget.wall_time_seconds,
+        max_submissions=spec.budget.max_submissions,
+        token_env=ENV_AGENT_GATEWAY_TOKEN,
+        gateway_wait_s=GATEWAY_WAIT_S,
+    )
+    return launch_argv(params)
 
 
 def stack_env(body: Body) -> list[Manifest]:
