@@ -175,3 +175,13 @@ def test_instructions_follow_the_protocol() -> None:
         text = get_task(name, protocol="a2rl").description()
         assert "scoring prefers none" in text and "usual" not in text and "fastest" not in text
         assert get_task(name).description().startswith("#")  # the reference's own description
+
+
+def test_every_registered_task_names_its_protocol() -> None:
+    """A new task cannot forget the protocol: its evaluator version (the baseline cache key)
+    must differ between the two protocols and end in `+<protocol>` or carry it before a suffix."""
+    from a2rl_tasks import TASKS
+
+    for name in TASKS:
+        ref, ours = get_task(name).evaluator_version, get_task(name, protocol="a2rl").evaluator_version
+        assert "+reference" in ref and "+a2rl" in ours and ref != ours, name
