@@ -117,8 +117,10 @@ def test_tasks_list(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_tasks_describe(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(capsys, "tasks", "describe", "gsm8k")
+    code, out, _ = _run(capsys, "tasks", "describe", "gsm8k", "--protocol", "a2rl")
     assert code == 0 and "512 new tokens" in out
+    code, out, _ = _run(capsys, "tasks", "describe", "gsm8k")  # reference: the reference's own text
+    assert code == 0 and out.startswith("#GSM8K task\n")
 
 
 def _jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
@@ -140,12 +142,17 @@ def test_tasks_score_gsm8k_json(tmp_path: Path, capsys: pytest.CaptureFixture[st
     ])  # fmt: skip
     details = tmp_path / "details.jsonl"
     args = ["--predictions", str(preds), "--references", str(refs), "--json", "--details", str(details)]
-    code, out, _ = _run(capsys, "tasks", "score", "gsm8k", *args)
+    code, out, _ = _run(capsys, "tasks", "score", "gsm8k", *args, "--protocol", "a2rl")
     assert code == 0
     res = json.loads(out)
     assert (res["n"], res["correct"], res["score"]) == (4, 2, 50.0)
-    assert res["metrics"]["missing"] == 1
+    assert res["metrics"]["missing"] == 1 and res["protocol"] == "a2rl"
     assert len(details.read_text().splitlines()) == 4
+    # The default, reference: OpenCompass reads "65,000" as "000", and "3.50" never equals "3.5"
+    # (int("3.5") fails in Gsm8kEvaluator.is_equal).
+    code, out, _ = _run(capsys, "tasks", "score", "gsm8k", *args)
+    res = json.loads(out)
+    assert (code, res["correct"], res["protocol"]) == (0, 0, "reference")
 
 
 def test_tasks_score_humaneval_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
