@@ -8,6 +8,9 @@ variables removed, the per-run token added, the stack's start-up files written i
 own HOME, and the Python environment that runs a2rl first on PATH — also for login shells,
 through the agent's `.bash_profile`/`.profile` (the stack's shell commands run `python`).
 `trajectory_bytes` keeps the stack's event stream (its JSON lines) for the store.
+
+`StackRun` ties them together for the runner: what a stack adds to a run, from its command to
+the trajectory kept at the end.
 """
 
 from __future__ import annotations
@@ -15,18 +18,23 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from a2rl_gateway.budget import Limits
-from a2rl_gateway.config import GatewayConfig
+from a2rl_gateway.config import GatewayConfig, new_run_token
 from a2rl_gateway.process import GatewayProcess
 
 from a2rl.agent_prompt import workspace_prompt
 from a2rl.api.benchrun import BenchRunSpec, DriverSpec
 from a2rl.errors import A2rlError
 from a2rl.stacks import UPSTREAM_KEY_ENV, default_api_key_env, home_files, invocation
+from a2rl.store.base import ObjectStore
+from a2rl.store.layout import RunLayout
 from a2rl.trajectory.streams import event_lines
-from a2rl_runner.stacks.install import InstalledStack
+from a2rl_runner.services import free_port
+from a2rl_runner.stacks.install import InstalledStack, ensure_stack
+from a2rl_runner.supervisor import DRIVER_BUDGET_EXHAUSTED, EndReason
 
 #: Providers whose servers may run without a key (a self-hosted vLLM, for instance).
 KEYLESS_PROVIDERS = ("openai-compatible",)
@@ -151,3 +159,104 @@ def trajectory_bytes(agent_log: Path) -> bytes:
         return event_lines(agent_log.read_bytes())
     except OSError:
         return b""
+
+
+@dataclass
+class StackRun:
+    """What an agent stack adds to a local run: the installed stack, the driver's upstream key
+    (for the gateway's stdin only), the gateway's port and the per-run token, and — once
+    started — the gateway."""
+
+    spec: BenchRunSpec
+    installed: InstalledStack
+    key_env: str
+    key: str | None = field(repr=False)
+    #: The gateway's loopback port (the sandbox relays it to the gateway's Unix socket).
+    port: int = field(default_factory=free_port)
+    token: str = field(default_factory=new_run_token, repr=False)
+    gateway: GatewayProcess | None = None
+
+    @classmethod
+    def prepare(cls, spec: BenchRunSpec, say: Callable[[str], None]) -> StackRun:
+        """The driver's key checked, then the stack installed (on first use, with progress)."""
+        assert spec.agent.stack is not None
+        key_env, key = driver_key(spec)
+        installed = ensure_stack(
+            spec.agent.stack, spec.agent.stack_version, progress=lambda line: say(f"[a2rl] {line}")
+        )
+        return cls(spec, installed, key_env, key)
+
+    @property
+    def label(self) -> str:
+        driver = driver_of(self.spec)
+        return (
+            f"{self.installed.stack} {self.installed.version} driven by {driver.provider} {driver.model} "
+            "through the run's gateway"
+        )
+
+    @property
+    def gateway_pid(self) -> int | None:
+        return self.gateway.pid if self.gateway is not None else None
+
+    def command(
+        self, workspace: Path, agent_env: Mapping[str, str], home_dir: Path, home_inside: str
+    ) -> tuple[list[str], dict[str, str]]:
+        """The stack's argv and environment, pointed at the gateway's port (relayed inside the
+        sandbox); its start-up files written into `home_dir`."""
+        home_dir.mkdir(parents=True, exist_ok=True)
+        return stack_command(
+            self.spec,
+            self.installed,
+            workspace=workspace,
+            agent_env=agent_env,
+            gateway_url=f"http://127.0.0.1:{self.port}",
+            token=self.token,
+            home_dir=home_dir,
+            home_inside=home_inside,
+        )
+
+    def start_gateway(
+        self,
+        *,
+        store_uri: str,
+        run_prefix: str,
+        socket_path: Path | None,
+        log_path: Path,
+        say: Callable[[str], None],
+    ) -> None:
+        """On the sandbox's relayed `socket_path`, or on 127.0.0.1:`port` without the sandbox."""
+        self.gateway = start_gateway(
+            self.spec,
+            token=self.token,
+            key_env=self.key_env,
+            key=self.key,
+            store_uri=store_uri,
+            run_prefix=run_prefix,
+            socket_path=socket_path,
+            port=None if socket_path is not None else self.port,
+            log_path=log_path,
+            on_exhausted=lambda reason: say(
+                f"[a2rl] driver budget exhausted ({reason}): further calls are refused, "
+                "and the agent is stopped at the first"
+            ),
+        )
+        driver = driver_of(self.spec)
+        say(f"[a2rl] driver gateway up: {driver.provider} {driver.model} (the agent holds a per-run token)")
+
+    def budget_spent(self) -> EndReason | None:
+        """The run's end once a call was refused (the agent has seen the budget error) — not at
+        the mere exhaustion: an agent may go on training without its LLM."""
+        refused = self.gateway is not None and self.gateway.refused.is_set()
+        return DRIVER_BUDGET_EXHAUSTED if refused else None
+
+    def stop(self) -> None:
+        if self.gateway is not None:
+            self.gateway.stop()
+
+    def kill(self) -> None:
+        if self.gateway is not None:
+            self.gateway.kill()
+
+    def keep_trajectory(self, store: ObjectStore, layout: RunLayout, agent_log: Path) -> None:
+        """The stack's event stream is the run's trajectory."""
+        store.put_bytes(layout.agent_trajectory, trajectory_bytes(agent_log))

@@ -22,8 +22,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from a2rl_gateway.config import new_run_token
-from a2rl_gateway.process import GatewayProcess
 from a2rl_grader.report import write_report
 from a2rl_tasks import TASKS, get_task
 from a2rl_tasks.staging import stage_cached
@@ -64,20 +62,17 @@ from a2rl.workspace import (
     sanitize_model_name,
     update_run_meta,
 )
-from a2rl_runner.agent_stack import driver_key, stack_command, start_gateway, trajectory_bytes
+from a2rl_runner.agent_stack import StackRun
 from a2rl_runner.driver_usage import driver_line, metered, read_driver_summary
 from a2rl_runner.printing import fmt_score, progress_line, summarize, summary_lines
 from a2rl_runner.sandbox.policy import AGENT_HOME
 from a2rl_runner.sandbox.setup import Bubblewrap, RunSandbox, check_bubblewrap
 from a2rl_runner.services import RecorderProcess, free_port, last_line
-from a2rl_runner.stacks.install import InstalledStack, ensure_stack
 from a2rl_runner.supervisor import (
-    DRIVER_BUDGET_EXHAUSTED,
     FAILED,
     AgentLaunch,
     AgentOutcome,
     AgentSupervisor,
-    EndReason,
 )
 
 PROGRESS_EVERY_S = 10.0
@@ -136,11 +131,8 @@ class _Prepared:
     run_key: bytes | None = field(default=None, repr=False)
     #: The local sandbox's bubblewrap; None with `--no-sandbox`.
     bwrap: Bubblewrap | None = None
-    #: The agent stack (`spec.agent.stack`), installed; None for a `command` agent.
-    stack: InstalledStack | None = None
-    #: The variable and value of the driver's upstream key (for the gateway's stdin only).
-    driver_key_env: str | None = None
-    driver_key: str | None = field(default=None, repr=False)
+    #: The agent stack (`spec.agent.stack`), installed, and its driver; None for a `command` agent.
+    stack: StackRun | None = None
     baseline: ResultRecord | None = None
     workspace: Workspace | None = None
 
@@ -240,15 +232,11 @@ def prepare(
     bwrap = check_bubblewrap() if sandbox else None
     # its evaluator version names the judge and the protocol
     task = get_task(spec.task, envs.eval_environ(spec), protocol=spec.evaluation.protocol)
-    stack: InstalledStack | None = None
-    key_env = key = None
+    stack: StackRun | None = None
     if spec.agent.stack is not None:
-        key_env, key = driver_key(spec)
         with span("install_stack"):
-            stack = ensure_stack(
-                spec.agent.stack, spec.agent.stack_version, progress=lambda s: say(f"[a2rl] {s}")
-            )
-        argv = [str(stack.entry)]
+            stack = StackRun.prepare(spec, say)
+        argv = [str(stack.installed.entry)]
     else:
         argv = envs.resolve_agent_argv(list(spec.agent.command), list(spec.agent.args))
     store = open_writable_store(store_uri or spec.store.uri)
@@ -275,8 +263,6 @@ def prepare(
         run_key=new_key(),
         bwrap=bwrap,
         stack=stack,
-        driver_key_env=key_env,
-        driver_key=key,
     )
     _write_run_json(prep)
     say(f"[a2rl] run {layout.prefix} in {store.uri}")
@@ -366,23 +352,11 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
     cwd = envs.agent_cwd(spec, ws)
     env = envs.agent_env(spec, ws, grading_url)
     argv = prep.argv
-    gateway_port = free_port() if prep.stack is not None else None
-    sandbox = _sandbox(prep, port, cwd, gateway_port) if prep.bwrap is not None else None
-    token = new_run_token()
-    if prep.stack is not None:
-        assert gateway_port is not None
+    stack = prep.stack
+    sandbox = _sandbox(prep, port, cwd) if prep.bwrap is not None else None
+    if stack is not None:
         home = sandbox.home if sandbox is not None else _scratch(ws) / "home"
-        home.mkdir(parents=True, exist_ok=True)
-        argv, env = stack_command(
-            spec,
-            prep.stack,
-            workspace=ws.root,
-            agent_env=env,
-            gateway_url=f"http://127.0.0.1:{gateway_port}",  # relayed inside the sandbox
-            token=token,
-            home_dir=home,
-            home_inside=AGENT_HOME if sandbox is not None else str(home),
-        )
+        argv, env = stack.command(ws.root, env, home, AGENT_HOME if sandbox is not None else str(home))
     if sandbox is not None:
         argv, env = sandbox.wrap(argv), sandbox.agent_env(env)
         say(f"[a2rl] sandbox: {prep.sandbox_label} (only the workspace and the grading API are visible)")
@@ -417,17 +391,10 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         console_prefix="agent | " if progress else None,
         sandboxed=sandbox is not None,
     )
-    gateway: GatewayProcess | None = None
     supervisor = AgentSupervisor(
         launch,
-        protected=lambda: [p for p in (recorder.pid, gateway.pid if gateway else None) if p is not None],
+        protected=lambda: [p for p in (recorder.pid, stack.gateway_pid if stack else None) if p is not None],
     )
-
-    def driver_budget_spent() -> EndReason | None:
-        # Once a call was refused (the agent has seen the budget error), not at the mere
-        # exhaustion: an agent may go on training without its LLM.
-        return DRIVER_BUDGET_EXHAUSTED if gateway is not None and gateway.refused.is_set() else None
-
     error: A2rlError | None = None
     outcome: AgentOutcome | None = None
     try:
@@ -435,8 +402,14 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
             say(f"[a2rl] starting the grading server on {grading_url}")
             with span("recorder_start"):
                 recorder.start()
-            if prep.stack is not None:
-                gateway = _start_gateway(prep, token, sandbox, gateway_port, say)
+            if stack is not None:
+                stack.start_gateway(
+                    store_uri=prep.store.uri,
+                    run_prefix=prep.layout.prefix,
+                    socket_path=sandbox.gateway_socket if sandbox is not None else None,
+                    log_path=prep.logs_dir / "gateway.log",
+                    say=say,
+                )
             say(f"[a2rl] starting the agent: {_agent_label(prep)} (budget {budget} s)")
             remaining = max(start + budget - time.time(), 0.0)
             with span("agent") as agent_span:
@@ -445,7 +418,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
                     spec.budget.grace_seconds,
                     on_tick=_ticker(recorder, start, budget, say),
                     tick_s=PROGRESS_EVERY_S,
-                    stop_when=driver_budget_spent,
+                    stop_when=stack.budget_spent if stack is not None else None,
                 )
                 agent_span.set_attribute("a2rl.agent.end_reason", outcome.end_reason)
         except A2rlError as exc:
@@ -463,16 +436,16 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         else:
             say(f"[a2rl] agent ended: {outcome.end_reason} (exit code {outcome.exit_code})")
         ended = time.time()
-        if gateway is not None:
-            gateway.stop()
+        if stack is not None:
+            stack.stop()
         with span("recorder_stop"):
             _stop_recorder(recorder, say)
     finally:
         # Whatever went wrong above, no process of this run outlives it.
         supervisor.stop(0)
         recorder.kill()
-        if gateway is not None:
-            gateway.kill()
+        if stack is not None:
+            stack.kill()
         if sandbox is not None:
             sandbox.cleanup()
     update_run_meta(ws.root, end_time=ended)
@@ -485,8 +458,8 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
     )
     with span("logs_upload"):
         _upload_logs(prep)
-        if prep.stack is not None:  # the stack's event stream is the run's trajectory
-            prep.store.put_bytes(prep.layout.agent_trajectory, trajectory_bytes(prep.logs_dir / "agent.log"))
+        if stack is not None:
+            stack.keep_trajectory(prep.store, prep.layout, prep.logs_dir / "agent.log")
     report, report_uri = _report(prep, say)
     scores = _final_scores(prep)
     for line in summary_lines(
@@ -500,7 +473,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         store_uri=prep.store.uri,
     ):
         say(line)
-    if prep.stack is not None:
+    if stack is not None:
         say(driver_line(read_driver_summary(prep.store, prep.layout)))
     if error is not None:
         raise error
@@ -526,43 +499,10 @@ def _scratch(ws: Workspace) -> Path:
 
 
 def _agent_label(prep: _Prepared) -> str:
-    if prep.stack is None:
-        return " ".join(prep.argv)
-    driver = prep.run.spec.driver
-    assert driver is not None
-    return (
-        f"{prep.stack.stack} {prep.stack.version} driven by {driver.provider} {driver.model} "
-        "through the run's gateway"
-    )
+    return " ".join(prep.argv) if prep.stack is None else prep.stack.label
 
 
-def _start_gateway(
-    prep: _Prepared, token: str, sandbox: RunSandbox | None, port: int | None, say: Callable[[str], None]
-) -> GatewayProcess:
-    """The driver gateway: on the sandbox's relayed socket, or on 127.0.0.1:`port` without it."""
-    assert prep.driver_key_env is not None
-    gateway = start_gateway(
-        prep.run.spec,
-        token=token,
-        key_env=prep.driver_key_env,
-        key=prep.driver_key,
-        store_uri=prep.store.uri,
-        run_prefix=prep.layout.prefix,
-        socket_path=sandbox.gateway_socket if sandbox is not None else None,
-        port=None if sandbox is not None else port,
-        log_path=prep.logs_dir / "gateway.log",
-        on_exhausted=lambda reason: say(
-            f"[a2rl] driver budget exhausted ({reason}): further calls are refused, "
-            "and the agent is stopped at the first"
-        ),
-    )
-    driver = prep.run.spec.driver
-    assert driver is not None
-    say(f"[a2rl] driver gateway up: {driver.provider} {driver.model} (the agent holds a per-run token)")
-    return gateway
-
-
-def _sandbox(prep: _Prepared, port: int, cwd: Path, gateway_port: int | None = None) -> RunSandbox:
+def _sandbox(prep: _Prepared, port: int, cwd: Path) -> RunSandbox:
     """The run's sandbox: the workspace (base model and data read-only), the grading API, and for
     an agent stack its install and the driver gateway."""
     assert prep.bwrap is not None and prep.workspace is not None
@@ -575,8 +515,8 @@ def _sandbox(prep: _Prepared, port: int, cwd: Path, gateway_port: int | None = N
         agent_argv=prep.argv,
         cwd=cwd,
         api_port=port,
-        gateway_port=gateway_port,
-        extra_toolchain=prep.stack.read_only if prep.stack is not None else (),
+        gateway_port=prep.stack.port if prep.stack is not None else None,
+        extra_toolchain=prep.stack.installed.read_only if prep.stack is not None else (),
         scratch=_scratch(ws),
         private=[paths.home(), paths.cache_dir(), Path.home(), prep.heldout_dir, prep.logs_dir, *store_root],
     )
