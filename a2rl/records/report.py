@@ -41,6 +41,8 @@ class ReportRun(Record):
     driver: dict[str, Any] | None = None
     budget: ReportBudget = ReportBudget()
     evaluator_version: str | None = None
+    #: The evaluation protocol (`reference` | `a2rl`, run.json's `protocol`); None for older runs.
+    protocol: str | None = None
     started_at: str | None = None
     deadline: str | None = None
     ended_at: str | None = None

@@ -65,7 +65,13 @@ def write_driver(w: RunWriter, calls: list[DriverCallRecord], summary: DriverSum
 
 def stack_run(tmp: Path, stack: str = "codex", **run: Any) -> RunWriter:
     w = sample_run(tmp)
-    agent = {"command": [], "image": f"ghcr.io/a2rl/agent-{stack}:1", "stack": stack, "mode": "sft"}
+    agent = {
+        "command": [],
+        "image": f"ghcr.io/a2rl/agent-{stack}:1",
+        "stack": stack,
+        "stack_version": "0.169.0",
+        "mode": "sft-only",
+    }
     w.run_json(agent=agent, **run)
     return w
 
@@ -226,6 +232,7 @@ def test_markdown_and_html_show_driver_trajectory_and_timeline(tmp_path: Path) -
     with_trajectory(w, "codex")
     report = build_report(load_history(w.store, w.layout), spans())
     md = render_markdown(report)
+    assert "| Agent | codex 0.169.0 (sft-only mode) |" in md  # the stack, not its image
     assert "## Driver" in md and "## Agent trajectory" in md
     assert "| Calls | 6 (1 errors, 1 refused: budget_exhausted 1) |" in md
     assert "| Tokens in / out / cached | 5000 / 500 / 2000 |" in md
@@ -271,6 +278,7 @@ def test_a_report_without_driver_or_stream_is_unchanged(tmp_path: Path) -> None:
     md, page = render_markdown(report), render_html(report)
     assert "## Driver" not in md and "## Agent trajectory" not in md and "tool call" not in md
     assert "<h2>Driver</h2>" not in page and "Agent trajectory" not in page
+    assert "Evaluation protocol" not in md  # a run recorded before protocols existed
     # A stack's run without any driver record or stream has neither section either.
     bare = stack_run(tmp_path / "bare")
     assert set(build_report(load_history(bare.store, bare.layout)).to_json()) == CLASSIC_KEYS
@@ -283,3 +291,11 @@ def test_the_same_store_gives_the_same_bytes(tmp_path: Path) -> None:
     first = report_json_bytes(build_report(load_history(w.store, w.layout), spans()))
     again = report_json_bytes(build_report(load_history(LocalStore(w.store.root), w.layout), spans()))
     assert first == again
+
+
+def test_the_evaluation_protocol_is_in_the_run_section_and_the_summary(tmp_path: Path) -> None:
+    w = sample_run(tmp_path)
+    w.run_json(protocol="reference")
+    report = build_report(load_history(w.store, w.layout))
+    assert report.run.protocol == "reference"
+    assert "| Evaluation protocol | reference |" in render_markdown(report)

@@ -265,6 +265,7 @@ def run_section(history: RunHistory) -> ReportRun:
         driver=record.driver,
         budget=ReportBudget(wall_time_seconds=wall, max_submissions=cap),
         evaluator_version=record.evaluator_version,
+        protocol=record.protocol,
         started_at=iso(history.run.started_at),
         deadline=record.deadline,
         ended_at=iso(history.run.ended_at),

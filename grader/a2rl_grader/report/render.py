@@ -86,11 +86,18 @@ def summary_rows(report: ReportRecord) -> list[list[str]]:
     # An agent without a recorded command shows its image (an empty command shows as empty).
     command = agent.command if agent is not None and "command" in agent.model_fields_set else None
     image = agent.image if agent is not None else None
+    if agent is not None and agent.stack:  # an LLM agent stack: a2rl built its command line
+        shown = f"{agent.stack} {fmt(agent.stack_version)} ({fmt(agent.mode)} mode)"
+    else:
+        shown = " ".join(map(str, command)) if command is not None else fmt(image)
+    # Rows only runs recorded after these fields existed have (older reports stay byte-identical).
+    protocol = [["Evaluation protocol", run.protocol]] if run.protocol else []
     return [
         ["Run", str(run.prefix)],
         ["Task", fmt(run.task)],
+        *protocol,
         ["Base model", f"{fmt(base.name if base else None)} ({short(base.digest if base else None)})"],
-        ["Agent", " ".join(map(str, command)) if command is not None else fmt(image)],
+        ["Agent", shown],
         ["Mode", fmt(run.mode)],
         ["Sandbox", fmt(run.sandbox)],
         ["Started", fmt(run.started_at)],
