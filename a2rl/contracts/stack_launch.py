@@ -68,16 +68,26 @@ def main(argv: list[str]) -> int:
     token = os.environ.pop(p.token_env)
     workspace = Path(os.environ["WORKSPACE"])
     prompt = workspace_prompt(workspace, mode=p.mode, budget_s=p.budget_s, max_submissions=p.max_submissions)
-    common = {
-        "model": p.model,
-        "gateway_base_url": p.gateway,
-        "token": token,
-        "workspace": workspace,
-        "provider": p.provider,
-    }
-    cmd, extra = invocation(p.stack, prompt=prompt, install_dir=Path(p.install_dir), **common)
+    cmd, extra = invocation(
+        p.stack,
+        prompt=prompt,
+        model=p.model,
+        gateway_base_url=p.gateway,
+        token=token,
+        workspace=workspace,
+        provider=p.provider,
+        install_dir=Path(p.install_dir),
+    )
+    files = home_files(
+        p.stack,
+        model=p.model,
+        gateway_base_url=p.gateway,
+        token=token,
+        workspace=workspace,
+        provider=p.provider,
+    )
     home = Path(os.environ.get("HOME") or workspace / ".agent-home")
-    for rel, content in home_files(p.stack, **common).items():
+    for rel, content in files.items():
         path = home / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content)
