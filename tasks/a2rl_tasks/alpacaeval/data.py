@@ -14,6 +14,11 @@ Accepted sources: a directory holding both (`alpaca_eval_gpt4_baseline.json` | `
 `s3://bucket/prefix` holding `alpaca_data.json` and `alpaca_eval_gpt4_baseline.json`, or `hf:` (the
 two public datasets through `datasets`/`huggingface_hub`, only when asked and reachable).
 
+The public table of AlpacaEval's length-controlled win rate, `df_gamed.csv` (the
+`tatsu-lab/alpaca_eval` dataset repo), is staged into the held-out dir when a directory source
+holds it next to the evaluation file (it must cover every evaluation item); the evaluation then
+computes the exact `length_controlled_v1` LC win rate (`glm.py`), else our simplified one.
+
 Split: every evaluation row is held out; the agent gets the first 2,000 training rows (as the
 reference) **after** dropping any training row that repeats a held-out instruction or contains
 any held-out text of 32+ characters (whitespace-normalised, case-folded) — the Alpaca and
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.errors import A2rlError
+from a2rl_tasks.alpacaeval.glm import GAMED_FILE, read_gamed_table
 from a2rl_tasks.common.leaks import contains_any, leak_texts, normalise
 from a2rl_tasks.common.sources import (
     S3_SCHEME,
@@ -142,6 +148,25 @@ def load_source(source: str | None) -> tuple[Rows, Rows]:
     if not path.is_dir():
         raise A2rlError(f"AlpacaEval source not found: {source} ({NO_SOURCE})")
     return _from_files(_first(path, TRAIN_NAMES, "training"), _first(path, EVAL_NAMES, "evaluation"))
+
+
+def lc_table_source(source: str | None) -> Path | None:
+    """`df_gamed.csv` of a directory source, None when the source is not a directory or lacks it."""
+    if source is None or source.strip().startswith((HF_PREFIX, S3_SCHEME)) or "," in source:
+        return None
+    path = Path(source.strip()).expanduser() / GAMED_FILE
+    return path if path.is_file() else None
+
+
+def stage_lc_table(source: str | None, n_eval: int, heldout_dir: Path) -> bool:
+    """Copy the source's `df_gamed.csv` into `heldout_dir` after checking that it parses and has an
+    instruction difficulty for each of the `n_eval` evaluation items; False when there is none."""
+    path = lc_table_source(source)
+    if path is None:
+        return False
+    read_gamed_table(path).difficulties(n_eval)
+    (heldout_dir / GAMED_FILE).write_bytes(path.read_bytes())
+    return True
 
 
 def question(row: dict[str, Any]) -> str:

@@ -2,6 +2,9 @@
 
 Score = length-controlled win rate (%) of the model's outputs against the reference outputs
 (`winrate.py`), judged by the configured OpenAI-compatible LLM judge (`a2rl_tasks.judge`).
+When AlpacaEval's public `df_gamed.csv` is staged in the held-out dir, the LC win rate is
+AlpacaEval's exact `length_controlled_v1` GLM (`glm.py`) in both protocols, and the result's
+evaluator version ends in `+lc-glm`; otherwise it is our simplified fit (`lc_glm` = 0).
 
 Protocols: `reference` asks the judge the reference annotator's ranking question
 (`reference_judge`: AlpacaEval's prompt, its output order, its ranking parser) and leaves items
@@ -20,6 +23,7 @@ from a2rl.errors import A2rlError
 from a2rl.inference import GenerationRequest
 from a2rl.protocols import DEFAULT_PROTOCOL, PROTOCOL_REFERENCE, EvalProtocol
 from a2rl_tasks.alpacaeval import data, reference_judge
+from a2rl_tasks.alpacaeval.glm import GAMED_FILE, GamedTable, glm_winrate, read_gamed_table
 from a2rl_tasks.alpacaeval.prompting import (
     JUDGE_MAX_TOKENS,
     MAX_NEW_TOKENS,
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
 TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
 BASE_VERSION = "alpacaeval-2"
+#: Suffix of a result's evaluator version when its LC win rate is AlpacaEval's exact GLM (`glm`).
+GLM_VERSION = "+lc-glm"
 
 
 def build_prompts(backend: Any, instructions: list[str]) -> tuple[list[str], str]:
@@ -62,8 +68,12 @@ def judge_outputs(
     outputs: list[str],
     evaluator_version: str,
     protocol: EvalProtocol = "a2rl",
+    *,
+    gamed: GamedTable | None = None,
 ) -> EvalResult:
-    """Judge every (model output, reference output) pair and compute the win rates."""
+    """Judge every (model output, reference output) pair and compute the win rates. With `gamed`
+    (AlpacaEval's public `df_gamed.csv`; item i = AlpacaEval instruction i) the LC win rate is
+    AlpacaEval's `length_controlled_v1` GLM, else our simplified fit (`winrate.py`)."""
     reference = protocol == PROTOCOL_REFERENCE
     messages = reference_judge.judge_messages if reference else judge_messages
     parse = reference_judge.preference_from_reply if reference else preference_from_reply
@@ -116,9 +126,13 @@ def judge_outputs(
         [r["length"] for r in rated],
         [r["reference_length"] for r in rated],
     )
-    metrics = rates.metrics() | judge.stats() | {"judge_unparsed": float(unparsed)}
+    metrics = rates.metrics() | judge.stats() | {"judge_unparsed": float(unparsed), "lc_glm": 0.0}
+    if gamed is not None:
+        metrics = metrics | glm_metrics(records, gamed)
+        del metrics["lc_intercept"]
+        evaluator_version += GLM_VERSION
     return EvalResult(
-        score=rates.length_controlled_winrate,
+        score=metrics["length_controlled_winrate"],
         n=rates.n_total,
         correct=rates.n_wins,
         evaluator_version=evaluator_version,
@@ -127,12 +141,37 @@ def judge_outputs(
     )
 
 
+def glm_metrics(records: list[dict[str, Any]], gamed: GamedTable) -> dict[str, float]:
+    """AlpacaEval's LC win rate over all records (unrated ones predicted, not fitted) and its weights."""
+    fit = glm_winrate(
+        [r["preference"] for r in records],
+        [r["length"] for r in records],
+        [r["reference_length"] for r in records],
+        gamed,
+    )
+    return {
+        "length_controlled_winrate": fit.length_controlled_winrate,
+        "lc_glm": 1.0,
+        "lc_c": fit.c,
+        "lc_length_coef": fit.length_coef,
+        "lc_difficulty_coef": fit.difficulty_coef,
+        "lc_not_gamed_coef": fit.not_gamed_coef,
+    }
+
+
+def staged_gamed_table(heldout_dir: Path) -> GamedTable | None:
+    """The staged `df_gamed.csv` of the held-out dir, None when it was not staged."""
+    path = Path(heldout_dir) / GAMED_FILE
+    return read_gamed_table(path) if path.is_file() else None
+
+
 class AlpacaEvalTask(Task):
     name = "alpacaeval"
     level = "L2"
     metric = "length-controlled win rate (%)"
     evaluator_version = BASE_VERSION
-    data_version = "1"
+    #: 2: the public LC table (`df_gamed.csv`) is staged with the held-out rows when the source has it.
+    data_version = "2"
     #: No built-in data: staging needs `--source`.
     default_source: str | None = None
     endpoint_env: ClassVar[tuple[str, ...]] = (ENV_JUDGE_BASE_URL,)
@@ -155,6 +194,7 @@ class AlpacaEvalTask(Task):
         visible, heldout = data.split(train, evals)
         write_jsonl(Path(staged.train_dir) / TRAIN_FILE, visible)
         write_jsonl(Path(staged.heldout_dir) / HELDOUT_FILE, heldout)
+        data.stage_lc_table(source, len(evals), Path(staged.heldout_dir))
 
     def _judge(self) -> Judge:
         return Judge(judge_config_from_env(self.name))
@@ -165,11 +205,12 @@ class AlpacaEvalTask(Task):
 
         judge = self._judge()  # a missing judge configuration fails before any generation
         items = read_heldout(Path(heldout_dir) / HELDOUT_FILE, limit)
+        gamed = staged_gamed_table(Path(heldout_dir))
         prompts, mode = build_prompts(backend, [it["instruction"] for it in items])
         outputs = [
             o.strip() for o in backend.generate(prompts, GenerationRequest(max_new_tokens=MAX_NEW_TOKENS))
         ]
-        result = judge_outputs(judge, items, outputs, self.evaluator_version, self.protocol)
+        result = judge_outputs(judge, items, outputs, self.evaluator_version, self.protocol, gamed=gamed)
         for record in result.details:
             record["mode"] = mode
         return result

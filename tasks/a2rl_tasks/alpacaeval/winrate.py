@@ -15,6 +15,10 @@ output is preferred, 1.5 = a draw. With p = preference - 1 (the model's win prob
   by maximum likelihood with the probabilistic labels p_i and an L2 penalty |beta|^2 / (2 C),
   C = 100; then predict with no length difference (d_i = 0): LC = 100 * sigmoid(theta).
 
+This simplified fit is used when AlpacaEval's public table `df_gamed.csv` is not staged with the
+held-out data; when it is, both protocols compute the exact `length_controlled_v1` GLM instead
+(`glm.py`; metric `lc_glm` = 1, evaluator version suffix `+lc-glm`).
+
 What we simplify relative to AlpacaEval's `length_controlled_v1` GLM (documented in docs/tasks.md):
 its formula also has an instruction-difficulty term gamma_i (estimated once from the public
 leaderboard's annotations) and it regularises toward "gamed" baselines (verbose/concise variants
