@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from a2rl.inference import GenerationRequest
+from a2rl_tasks.deepsearchqa import react
 
 if TYPE_CHECKING:
     from a2rl.inference import InferenceBackend
@@ -97,27 +97,12 @@ def last_answer(trace: str) -> str:
     return real[-1] if real else NO_ANSWER
 
 
-@dataclass
-class Episode:
-    prompt: str
-    trace: str = ""
-    steps: int = 0
-    searches: list[str] = field(default_factory=list)
-    answer: str | None = None
-    forced: bool = False
-    pending_search: str | None = None
+class Episode(react.Episode):
+    """An episode of the reference's loop: the same state as ours; an empty generation still adds
+    a line to the trace (the reference joins every step's text)."""
 
     def add_trace(self, text: str) -> None:
         self.trace += ("\n" + text) if self.trace else text
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "predicted": self.answer if self.answer is not None else NO_ANSWER,
-            "steps": self.steps,
-            "searches": list(self.searches),
-            "forced_answer": self.forced,
-            "trace": self.trace,
-        }
 
 
 def apply_step(ep: Episode, output: str) -> bool:
