@@ -144,3 +144,26 @@ class DriverSummary(_Complete):
     usage_missing_calls: int = 0
     per_model: dict[str, DriverTotals] = {}
     budget: DriverBudgetState = DriverBudgetState()
+
+
+def add_call(
+    totals: DriverTotals | DriverSummary,
+    *,
+    status: int | None,
+    usage: DriverUsage | None,
+    cost_usd: float,
+    latency_s: float | None,
+) -> None:
+    """Add one call to running totals (the gateway's summary, the report's per-model rows): a
+    status other than 2xx (or none) is an error; a call without usage adds no tokens."""
+    totals.calls += 1
+    if status is None or not 200 <= status < 300:
+        totals.errors += 1
+    if usage is not None:
+        totals.input_tokens += usage.input_tokens
+        totals.output_tokens += usage.output_tokens
+        totals.cached_tokens += usage.cached_tokens
+        totals.cache_write_tokens += usage.cache_write_tokens
+        totals.reasoning_tokens += usage.reasoning_tokens
+    totals.cost_usd += cost_usd
+    totals.latency_s += latency_s or 0.0

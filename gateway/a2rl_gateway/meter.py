@@ -17,7 +17,14 @@ import time
 from collections.abc import Callable, Mapping
 
 from a2rl.records.base import write_record
-from a2rl.records.driver import DriverBudgetState, DriverCallRecord, DriverSummary, DriverTotals, DriverUsage
+from a2rl.records.driver import (
+    DriverBudgetState,
+    DriverCallRecord,
+    DriverSummary,
+    DriverTotals,
+    DriverUsage,
+    add_call,
+)
 from a2rl.records.times import utc_now
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
@@ -27,19 +34,11 @@ from a2rl_gateway.pricing import Price, cost
 log = logging.getLogger(__name__)
 
 
-def add_call(totals: DriverTotals | DriverSummary, record: DriverCallRecord) -> None:
-    """Add one call to running totals (pure apart from mutating `totals`)."""
-    usage = record.usage or DriverUsage()
-    totals.calls += 1
-    if record.status is None or not 200 <= record.status < 300:
-        totals.errors += 1
-    totals.input_tokens += usage.input_tokens
-    totals.output_tokens += usage.output_tokens
-    totals.cached_tokens += usage.cached_tokens
-    totals.cache_write_tokens += usage.cache_write_tokens
-    totals.reasoning_tokens += usage.reasoning_tokens
-    totals.cost_usd += record.cost_usd
-    totals.latency_s += record.latency_s or 0.0
+def count_call(totals: DriverTotals | DriverSummary, record: DriverCallRecord) -> None:
+    """Add one call record to running totals (pure apart from mutating `totals`)."""
+    add_call(
+        totals, status=record.status, usage=record.usage, cost_usd=record.cost_usd, latency_s=record.latency_s
+    )
 
 
 class Meter:
@@ -113,14 +112,14 @@ class Meter:
         newly: str | None = None
         with self._lock:
             s = self.summary
-            add_call(s, record)
+            count_call(s, record)
             s.total_tokens = s.input_tokens + s.output_tokens
             s.mean_latency_s = s.latency_s / s.calls if s.calls else None
             s.updated_at = utc_now()
             model = record.response_model or record.request_model
             if model and record.usage is not None:
                 per = s.per_model.setdefault(model, DriverTotals())
-                add_call(per, record)
+                count_call(per, record)
             if not record.priced and record.usage is not None and record.usage.total_tokens:
                 s.unpriced_calls += 1
                 if model and model not in s.unpriced_models:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from a2rl.records.driver import DriverSummary, DriverTotals
+from a2rl.records.driver import DriverSummary, DriverTotals, add_call
 from a2rl.records.report import ReportDriver, ReportDriverBudget, ReportDriverModel
 from a2rl.runs import parse_time
 from a2rl_grader.report.history import DriverCall, RunHistory
@@ -57,17 +57,7 @@ def totals_from_calls(calls: Sequence[DriverCall]) -> DriverSummary:
 
 
 def add_to(totals: DriverTotals | DriverSummary, call: DriverCall) -> None:
-    totals.calls += 1
-    totals.errors += 0 if call.status is not None and 200 <= call.status < 300 else 1
-    usage = call.usage
-    if usage is not None:
-        totals.input_tokens += usage.input_tokens
-        totals.output_tokens += usage.output_tokens
-        totals.cached_tokens += usage.cached_tokens
-        totals.cache_write_tokens += usage.cache_write_tokens
-        totals.reasoning_tokens += usage.reasoning_tokens
-    totals.cost_usd += call.cost_usd
-    totals.latency_s += call.latency_s or 0.0
+    add_call(totals, status=call.status, usage=call.usage, cost_usd=call.cost_usd, latency_s=call.latency_s)
 
 
 def model_rows(summary: DriverSummary, calls: Sequence[DriverCall]) -> list[ReportDriverModel]:
