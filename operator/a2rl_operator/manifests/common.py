@@ -102,6 +102,21 @@ def guaranteed(amounts: dict[str, str]) -> Manifest:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
+#: The user and group every a2rl pod runs as (non-root; the images' `a2rl` user).
+RUN_AS_UID = 1000
+
+
+def pod_security_context() -> Manifest:
+    """Every a2rl pod's: non-root as `RUN_AS_UID`, volumes group-owned by it, seccomp RuntimeDefault."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_UID,
+        "runAsGroup": RUN_AS_UID,
+        "fsGroup": RUN_AS_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def restricted_security_context() -> Manifest:
     """What the `restricted` Pod Security Standard demands of every container (and a bit more)."""
     return {

@@ -31,8 +31,15 @@ from a2rl.launch import OFFLINE_ENV  # the eval process never reaches a model hu
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
 from a2rl_operator.grading.config import GradingConfig
-from a2rl_operator.manifests.common import Body, Manifest, child_name, guaranteed, run_labels
-from a2rl_operator.manifests.job import RUN_AS_UID, restricted_security_context
+from a2rl_operator.manifests.common import (
+    Body,
+    Manifest,
+    child_name,
+    guaranteed,
+    pod_security_context,
+    restricted_security_context,
+    run_labels,
+)
 from a2rl_operator.manifests.secret import grading_store_env_from
 
 EVAL_CONTAINER = "eval"
@@ -113,16 +120,6 @@ def eval_resources(spec: BenchRunSpec) -> Manifest:
 
 def hardened_security_context() -> Manifest:
     return {**restricted_security_context(), "readOnlyRootFilesystem": True}
-
-
-def pod_security_context() -> Manifest:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS_UID,
-        "runAsGroup": RUN_AS_UID,
-        "fsGroup": RUN_AS_UID,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
 
 
 def _env(pairs: dict[str, str]) -> list[Manifest]:

@@ -54,6 +54,7 @@ from a2rl_operator.manifests.common import (
     child_name,
     guaranteed,
     object_meta,
+    pod_security_context,
     restricted_security_context,
 )
 from a2rl_operator.manifests.grading_network import UrlPeerError, url_peer
@@ -69,7 +70,6 @@ KEY_DIR = "/var/run/secrets/driver"
 KEY_FILE = f"{KEY_DIR}/key"
 SCRATCH_VOLUME = "scratch"
 SCRATCH_MOUNT = "/tmp"
-RUN_AS_UID = 1000
 #: Where the stack images install the stack (`images/agent-<stack>/Dockerfile`: `a2rl run`'s
 #: layout, `<cache>/agents/<stack>-<version>`, with the cache at /opt/a2rl-cache).
 STACK_INSTALL_ROOT = "/opt/a2rl-cache/agents"
@@ -207,13 +207,7 @@ def gateway_job(body: Body, spec: BenchRunSpec, config: OperatorConfig, deadline
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_UID,
-            "runAsGroup": RUN_AS_UID,
-            "fsGroup": RUN_AS_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(),
         "containers": [container],
         "volumes": volumes,
     }

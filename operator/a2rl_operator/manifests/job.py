@@ -41,6 +41,7 @@ from a2rl_operator.manifests.common import (
     Manifest,
     guaranteed,
     object_meta,
+    pod_security_context,
     restricted_security_context,
     run_labels,
     workspace_name,
@@ -66,7 +67,6 @@ SETUP_SCRATCH_MOUNT = "/tmp"
 # (void once the pod is gone), and as short-lived as Kubernetes allows (the kubelet rotates it at
 # 80 %; the recorder's client re-reads it every minute).
 TOKEN_TTL_S = 600
-RUN_AS_UID = 1000
 # Ephemeral storage of the recorder's and set-up's own writable layer and logs (their emptyDirs
 # come on top); the agent's is `spec.resources.ephemeralStorage`.
 CONTAINER_SCRATCH_GI = 1
@@ -305,13 +305,7 @@ def workspace_job(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Man
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": termination_grace_period_s(spec, config),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_UID,
-            "runAsGroup": RUN_AS_UID,
-            "fsGroup": RUN_AS_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(),
         "initContainers": [setup_container(body, spec, config), recorder_container(body, spec, config)],
         "containers": [agent_container(body, spec)],
         "volumes": [
