@@ -15,13 +15,20 @@ from a2rl.launch import OFFLINE_ENV
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
 from a2rl_operator.grading.config import GradingConfig
-from a2rl_operator.manifests.common import Body, Manifest, child_name, guaranteed, object_meta, run_labels
+from a2rl_operator.manifests.common import (
+    Body,
+    Manifest,
+    child_name,
+    guaranteed,
+    object_meta,
+    pod_security_context,
+    run_labels,
+)
 from a2rl_operator.manifests.eval_job import (
     SCRATCH_DIR,
     SCRATCH_ENV,
     SCRATCH_VOLUME,
     hardened_security_context,
-    pod_security_context,
 )
 from a2rl_operator.manifests.secret import grading_store_env_from
 
