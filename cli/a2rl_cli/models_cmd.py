@@ -21,7 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     build.set_defaults(func=_build_tiny)
 
     resolve = msub.add_parser("resolve", help="print the local directory for a baseModel.source")
-    resolve.add_argument("source", help="builtin:tiny, a local directory, a file:// URI or store:<name>")
+    resolve.add_argument(
+        "source", help="builtin:tiny, builtin:smollm2-135m, a local directory, a file:// URI or store:<name>"
+    )
     resolve.add_argument("--no-build", action="store_true", help="do not build builtin models")
     resolve.add_argument("--store", default=None, help="store of store:<name> sources (default: local)")
     resolve.set_defaults(func=_resolve)
