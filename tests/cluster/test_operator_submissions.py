@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from a2rl_grader.baseline import baseline_cache_key
+from a2rl_grader.baseline import cluster_baseline_cache_key
 from a2rl_grader.evaluate import write_result
 from a2rl_tasks import get_task
 from kubernetes import client
@@ -141,8 +141,9 @@ def test_submissions_are_evaluated_in_eval_jobs_and_the_run_is_graded(
     assert status0["durationSeconds"] == result0["duration_s"] and status0["evalJob"] == f"{name}-eval-00000"
     assert condition(sub0, "Evaluated")["status"] == "True"  # type: ignore[index]
     assert result0["n"] == EVAL_LIMIT and result0["backend"] == "transformers"
-    # The scored baseline is cached per (task, model digest, evaluator version).
-    key = baseline_cache_key(get_task("arith"), hash_tree(models["base"]).digest, EVAL_LIMIT)
+    # The scored baseline is cached per (task, model digest, evaluator version, held-out data).
+    base_digest = hash_tree(models["base"]).digest
+    key = cluster_baseline_cache_key(get_task("arith"), base_digest, EVAL_LIMIT, store, 0)
     assert store.get_json(key)["score"] == result0["score"]
     base = float(result0["score"])
 
@@ -306,7 +307,8 @@ def test_cached_baseline_needs_no_eval_job(
 ) -> None:
     model = build_tiny_model(tmp_path / "m", seed=11)
     digest = hash_tree(model).digest
-    key = baseline_cache_key(get_task("arith"), digest, EVAL_LIMIT)
+    key = cluster_baseline_cache_key(get_task("arith"), digest, EVAL_LIMIT, store, 0)
+    assert "-data-" in key, key  # keyed by the staged held-out data too
     # What an earlier run's baseline evaluation left in the cache.
     store.put_json(
         key,

@@ -53,7 +53,7 @@ def test_tiny_model_end_to_end_with_judge_cache(tiny_model: Path, heldout: Path,
         result = json.loads((sub / "result.json").read_text())
         assert result["error"] is None, result
         assert result["task"] == "alpacaeval" and result["n"] == LIMIT
-        assert result["evaluator_version"] == "alpacaeval-1+judge-loopback-judge"
+        assert result["evaluator_version"] == "alpacaeval-2+reference+judge-loopback-judge"
         assert result["backend"] == "transformers"
         assert 0.0 <= result["score"] <= 100.0
         details = [json.loads(x) for x in (sub / "details.jsonl").read_text().splitlines()]
