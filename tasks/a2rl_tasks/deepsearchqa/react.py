@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from a2rl.inference import GenerationRequest
 
@@ -158,6 +158,54 @@ def _forced(ep: Episode, generated: str) -> None:
     ep.forced = True
 
 
+E = TypeVar("E", bound=Episode)
+
+
+def run_episodes(
+    backend: InferenceBackend,
+    episodes: Sequence[E],
+    search: Callable[[str], str],
+    *,
+    step_request: GenerationRequest,
+    forced_request: GenerationRequest,
+    step: Callable[[E, str], bool],
+    forced: Callable[[E, str], None],
+    observation: Callable[[str], str],
+    max_steps: int,
+    search_workers: int,
+) -> None:
+    """The batched ReAct loop shared by our protocol and the reference's: each step generates
+    (`step_request`) for every unfinished episode (`step` applies it; True: force an answer,
+    generated with `forced_request` and applied by `forced`), then runs the searches asked for
+    (up to `search_workers` at once) and appends their `observation` text."""
+    for _ in range(max_steps):
+        active = [ep for ep in episodes if not ep.done]
+        if not active:
+            break
+        outputs = backend.generate([ep.prompt for ep in active], step_request)
+        to_force: list[E] = []
+        for ep, out in zip(active, outputs, strict=True):
+            ep.steps += 1
+            if step(ep, out):
+                to_force.append(ep)
+        if to_force:
+            answers = backend.generate([ep.prompt for ep in to_force], forced_request)
+            for ep, out in zip(to_force, answers, strict=True):
+                forced(ep, out)
+        searching = [ep for ep in active if ep.pending_search is not None]
+        if searching:
+            with ThreadPoolExecutor(max_workers=max(1, min(search_workers, len(searching)))) as pool:
+                observations = list(pool.map(search, [str(ep.pending_search) for ep in searching]))
+            for ep, text in zip(searching, observations, strict=True):
+                ep.searches.append(str(ep.pending_search))
+                ep.pending_search = None
+                ep.prompt += f"\nObservation: {observation(text)}\nThought:"
+
+
+def _abridged(observation: str) -> str:
+    return " ".join(observation.split())[:MAX_OBSERVATION_CHARS]
+
+
 def rollout(
     backend: InferenceBackend,
     questions: Sequence[tuple[str, str]],
@@ -167,33 +215,19 @@ def rollout(
     search_workers: int = 4,
 ) -> list[dict[str, Any]]:
     """Run the ReAct loop for every (problem, answer_type); one record per question, in order."""
-
-    step_req = GenerationRequest(max_new_tokens=STEP_TOKENS, stop=STEP_STOPS)
-    forced_req = GenerationRequest(max_new_tokens=FORCED_TOKENS, stop=FORCED_STOPS)
     episodes = [Episode(prompt=initial_prompt(p, t)) for p, t in questions]
-    for _ in range(max_steps):
-        active = [ep for ep in episodes if not ep.done]
-        if not active:
-            break
-        outputs = backend.generate([ep.prompt for ep in active], step_req)
-        to_force: list[Episode] = []
-        for ep, out in zip(active, outputs, strict=True):
-            ep.steps += 1
-            if _step(ep, out):
-                to_force.append(ep)
-        if to_force:
-            forced = backend.generate([ep.prompt for ep in to_force], forced_req)
-            for ep, out in zip(to_force, forced, strict=True):
-                _forced(ep, out)
-        searching = [ep for ep in active if ep.pending_search is not None]
-        if searching:
-            with ThreadPoolExecutor(max_workers=max(1, min(search_workers, len(searching)))) as pool:
-                observations = list(pool.map(search, [str(ep.pending_search) for ep in searching]))
-            for ep, observation in zip(searching, observations, strict=True):
-                ep.searches.append(str(ep.pending_search))
-                ep.pending_search = None
-                obs = " ".join(observation.split())[:MAX_OBSERVATION_CHARS]
-                ep.prompt += f"\nObservation: {obs}\nThought:"
+    run_episodes(
+        backend,
+        episodes,
+        search,
+        step_request=GenerationRequest(max_new_tokens=STEP_TOKENS, stop=STEP_STOPS),
+        forced_request=GenerationRequest(max_new_tokens=FORCED_TOKENS, stop=FORCED_STOPS),
+        step=_step,
+        forced=_forced,
+        observation=_abridged,
+        max_steps=max_steps,
+        search_workers=search_workers,
+    )
     for ep in episodes:
         if ep.answer is None:
             ep.answer = last_answer(ep.trace) or NO_ANSWER

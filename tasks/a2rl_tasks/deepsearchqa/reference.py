@@ -141,29 +141,21 @@ def rollout(
     *,
     max_steps: int = MAX_STEPS,
 ) -> list[dict[str, Any]]:
-    """The reference's ReAct loop for every (problem, answer_type), batched across questions."""
-    step_req = GenerationRequest(max_new_tokens=STEP_TOKENS, stop=STEP_STOPS)
-    forced_req = GenerationRequest(max_new_tokens=FORCED_TOKENS, stop=FORCED_STOPS)
+    """The reference's ReAct loop for every (problem, answer_type), batched across questions:
+    its step and forced-answer rules, unabridged observations, one search at a time."""
     episodes = [Episode(prompt=initial_prompt(p, t)) for p, t in questions]
-    for _ in range(max_steps):
-        active = [ep for ep in episodes if ep.answer is None]
-        if not active:
-            break
-        outputs = backend.generate([ep.prompt for ep in active], step_req)
-        to_force = []
-        for ep, out in zip(active, outputs, strict=True):
-            ep.steps += 1
-            if apply_step(ep, out):
-                to_force.append(ep)
-        if to_force:
-            forced = backend.generate([ep.prompt for ep in to_force], forced_req)
-            for ep, out in zip(to_force, forced, strict=True):
-                apply_forced(ep, out)
-        for ep in active:
-            if ep.pending_search is not None:
-                query, ep.pending_search = ep.pending_search, None
-                ep.searches.append(query)
-                ep.prompt += f"\nObservation: {search(query)}\nThought:"
+    react.run_episodes(
+        backend,
+        episodes,
+        search,
+        step_request=GenerationRequest(max_new_tokens=STEP_TOKENS, stop=STEP_STOPS),
+        forced_request=GenerationRequest(max_new_tokens=FORCED_TOKENS, stop=FORCED_STOPS),
+        step=apply_step,
+        forced=apply_forced,
+        observation=str,
+        max_steps=max_steps,
+        search_workers=1,
+    )
     for ep in episodes:
         if ep.answer is None:
             ep.answer = last_answer(ep.trace)
