@@ -12,6 +12,24 @@ from a2rl.store.local import LocalStore
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
+#: report.json's top-level keys before the driver and trajectory sections existed.
+CLASSIC_KEYS = {
+    "schema_version",
+    "run",
+    "baseline_score",
+    "best_score",
+    "best_submission",
+    "improvement",
+    "total_submissions",
+    "valid_submissions",
+    "route",
+    "baseline",
+    "metrics",
+    "submissions",
+    "revisions",
+    "timeline",
+}
+
 
 def iso(seconds: float) -> str:
     return (T0 + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")

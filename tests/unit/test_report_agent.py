@@ -17,26 +17,9 @@ from a2rl_grader.report.write import read_report, write_report
 from a2rl.records.driver import DriverBudgetState, DriverCallRecord, DriverSummary, DriverTotals, DriverUsage
 from a2rl.records.report import ReportRecord
 from a2rl.store.local import LocalStore
-from tests.support.report_runs import T0, RunWriter, iso, sample_run
+from tests.support.report_runs import CLASSIC_KEYS, T0, RunWriter, iso, sample_run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "trajectory"
-#: report.json's top-level keys before the driver and trajectory sections existed.
-CLASSIC_KEYS = {
-    "schema_version",
-    "run",
-    "baseline_score",
-    "best_score",
-    "best_submission",
-    "improvement",
-    "total_submissions",
-    "valid_submissions",
-    "route",
-    "baseline",
-    "metrics",
-    "submissions",
-    "revisions",
-    "timeline",
-}
 
 
 def call(index: int, t: float, latency: float, **fields: Any) -> DriverCallRecord:
