@@ -8,6 +8,7 @@ comes from the public seed alone, and the staging cache directory changes with t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -113,3 +114,33 @@ def test_webshop_builtin_heldout_goals_follow_the_secret_seed() -> None:
     assert [g.instruction for g in public.heldout_goals] != [g.instruction for g in secret.heldout_goals]
     held_public = {g.instruction for g in public.heldout_goals}
     assert len(held_public & {g.instruction for g in secret.heldout_goals}) < len(held_public) // 2
+
+
+def _file_digests(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+# webshop's train goals drop instructions that a held-out goal has (`data.finish_split`), so its
+# train split is the same everywhere only up to those.
+@pytest.mark.parametrize(("task_name", "same_train"), [("arith", True), ("webshop", False)])
+def test_two_machines_stage_different_heldout_sets(
+    task_name: str, same_train: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each machine's first staging makes its own secret (`<cache>/keys/heldout-seed`): the held-out
+    set differs from machine to machine (so a test's expected figures must come from a secret the
+    test fixes itself: tests/conftest.py, `TEST_HELDOUT_SECRET`)."""
+    monkeypatch.delenv("A2RL_HELDOUT_SECRET_FILE", raising=False)
+    staged = {}
+    for machine in ("machine-a", "machine-b"):
+        monkeypatch.setenv("A2RL_CACHE_DIR", str(tmp_path / machine))
+        staged[machine] = stage_cached(task_name, seed=SEED)
+        assert (keys_dir() / HELDOUT_SEED_KEY).is_file()
+    a, b = staged["machine-a"], staged["machine-b"]
+    if same_train:
+        assert _file_digests(a.train_dir) == _file_digests(b.train_dir)
+    assert _file_digests(a.heldout_dir).keys() == _file_digests(b.heldout_dir).keys()
+    assert _file_digests(a.heldout_dir) != _file_digests(b.heldout_dir)
