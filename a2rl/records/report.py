@@ -223,6 +223,8 @@ class ReportToolCall(Record):
     tool: str | None = None
     kind: str | None = None
     detail: str | None = None
+    #: True when the stack moved the command, still running, to the background (set only then).
+    backgrounded: bool | None = None
 
 
 class ReportTrajectory(Record):
@@ -236,6 +238,8 @@ class ReportTrajectory(Record):
     #: Where the calls' times come from: `stream`, `driver` (placed on the driver's calls), `none`.
     timing: str | None = None
     calls: list[ReportToolCall] = []
+    #: How many calls' commands the stack moved to the background (set only when some were).
+    backgrounded: int | None = None
 
 
 class ReportRecord(Record):

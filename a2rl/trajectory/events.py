@@ -21,13 +21,15 @@ MAX_DETAIL_CHARS = 100
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One tool call: `seq` counts from 1 in stream order; `at` is None when the stream has no time."""
+    """One tool call: `seq` counts from 1 in stream order; `at` is None when the stream has no time;
+    `backgrounded`: the stack moved its command, still running, to the background."""
 
     seq: int
     tool: str
     kind: str
     detail: str
     at: datetime | None = None
+    backgrounded: bool = False
 
 
 def short_detail(text: str) -> str:

@@ -8,6 +8,7 @@ tool's command is classified by `a2rl.trajectory.commands.command_kind`; other t
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
@@ -17,8 +18,15 @@ from a2rl.trajectory.commands import command_kind, unwrap
 from a2rl.trajectory.events import EDIT, OTHER, READ, SHELL, ToolCall, short_detail
 
 Event = Mapping[str, Any]
-#: (time, tool name, kind, detail) of one call, before numbering.
-Found = tuple[datetime | None, str, str, str]
+#: (time, tool name, kind, detail, the stream's id of the call where it has one) of one call,
+#: before numbering.
+Found = tuple[datetime | None, str, str, str, str | None]
+
+#: A tool result saying that the stack moved the command, still running, to the background (at
+#: its shell timeout, or to deliver a message): the command goes on while the agent moves on.
+#: Claude Code: "Command did not complete within its 5s timeout and was moved to the background (ID:
+#: b1)…". A command the agent itself asked to run in the background does not count.
+MOVED_TO_BACKGROUND = re.compile(r"\bwas moved to the background\b")
 
 # Tool names of each stack, by kind (shell tools take a command).
 CLAUDE_CODE_TOOLS = {
@@ -70,17 +78,47 @@ def classify(table: Mapping[str, set[str]], tool: str, args: Mapping[str, Any]) 
     return kind, short_detail(_str(path) or _str(args.get("description")) or tool)
 
 
+def _content_blocks(event: Event) -> Iterator[Mapping[str, Any]]:
+    for block in _dict(event.get("message")).get("content") or []:
+        if isinstance(block, Mapping):
+            yield block
+
+
 def claude_code(events: Iterable[Event]) -> Iterator[Found]:
     """`claude -p --output-format stream-json`: `assistant` events whose message content holds
-    `tool_use` blocks (`name`, `input`); the event's `timestamp` (ISO) when present."""
+    `tool_use` blocks (`id`, `name`, `input`); the event's `timestamp` (ISO) when present."""
     for event in events:
         if event.get("type") != "assistant":
             continue
         at = parse_time(event.get("timestamp"))
-        for block in _dict(event.get("message")).get("content") or []:
-            if isinstance(block, Mapping) and block.get("type") == "tool_use":
+        for block in _content_blocks(event):
+            if block.get("type") == "tool_use":
                 tool = _str(block.get("name"))
-                yield (at, tool, *classify(CLAUDE_CODE_TOOLS, tool, _dict(block.get("input"))))
+                kind, detail = classify(CLAUDE_CODE_TOOLS, tool, _dict(block.get("input")))
+                yield at, tool, kind, detail, _str(block.get("id")) or None
+
+
+def _result_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(_str(_dict(part).get("text")) for part in content)
+    return ""
+
+
+def claude_code_backgrounded(events: Iterable[Event]) -> set[str]:
+    """Ids of the tool calls whose result (a `tool_result` block of a `user` event) says Claude Code
+    moved the command to the background (`MOVED_TO_BACKGROUND`)."""
+    found = set()
+    for event in events:
+        if event.get("type") != "user":
+            continue
+        for block in _content_blocks(event):
+            if block.get("type") == "tool_result" and MOVED_TO_BACKGROUND.search(
+                _result_text(block.get("content"))
+            ):
+                found.add(_str(block.get("tool_use_id")))
+    return found
 
 
 def codex(events: Iterable[Event]) -> Iterator[Found]:
@@ -104,15 +142,16 @@ def codex(events: Iterable[Event]) -> Iterator[Found]:
         seen.add(item_id)
         if kind_name == "command_execution":
             command = _str(item.get("command"))
-            yield None, kind_name, command_kind(command), short_detail(unwrap(command))
+            yield None, kind_name, command_kind(command), short_detail(unwrap(command)), item_id or None
         elif kind_name == "file_change":
             paths = [_str(_dict(c).get("path")) for c in item.get("changes") or []]
-            yield None, kind_name, EDIT, short_detail(", ".join(p for p in paths if p) or kind_name)
+            detail = short_detail(", ".join(p for p in paths if p) or kind_name)
+            yield None, kind_name, EDIT, detail, item_id or None
         elif kind_name == "mcp_tool_call":
             name = f"{_str(item.get('server'))}.{_str(item.get('tool'))}".strip(".")
-            yield None, kind_name, OTHER, short_detail(name or kind_name)
+            yield None, kind_name, OTHER, short_detail(name or kind_name), item_id or None
         else:
-            yield None, kind_name, OTHER, short_detail(_str(item.get("query")) or kind_name)
+            yield None, kind_name, OTHER, short_detail(_str(item.get("query")) or kind_name), item_id or None
 
 
 def gemini_cli(events: Iterable[Event]) -> Iterator[Found]:
@@ -122,7 +161,7 @@ def gemini_cli(events: Iterable[Event]) -> Iterator[Found]:
         if event.get("type") == "tool_use":
             tool = _str(event.get("tool_name"))
             kind, detail = classify(GEMINI_CLI_TOOLS, tool, _dict(event.get("parameters")))
-            yield parse_time(event.get("timestamp")), tool, kind, detail
+            yield parse_time(event.get("timestamp")), tool, kind, detail, _str(event.get("tool_id")) or None
 
 
 def opencode(events: Iterable[Event]) -> Iterator[Found]:
@@ -136,7 +175,8 @@ def opencode(events: Iterable[Event]) -> Iterator[Found]:
         started = _dict(state.get("time")).get("start") or event.get("timestamp")
         at = parse_time(started / 1000) if isinstance(started, int | float) else parse_time(started)
         tool = _str(part.get("tool"))
-        yield (at, tool, *classify(OPENCODE_TOOLS, tool, _dict(state.get("input"))))
+        kind, detail = classify(OPENCODE_TOOLS, tool, _dict(state.get("input")))
+        yield at, tool, kind, detail, _str(part.get("callID")) or None
 
 
 def openhands(events: Iterable[Event]) -> Iterator[Found]:
@@ -151,7 +191,7 @@ def openhands(events: Iterable[Event]) -> Iterator[Found]:
         kind, detail = classify(OPENHANDS_TOOLS, tool, action)
         if kind == EDIT and _str(action.get("command")) in OPENHANDS_VIEW_COMMANDS:
             kind = READ
-        yield parse_time(event.get("timestamp")), tool, kind, detail
+        yield parse_time(event.get("timestamp")), tool, kind, detail, _str(event.get("tool_call_id")) or None
 
 
 READERS: dict[str, Callable[[Iterable[Event]], Iterator[Found]]] = {
@@ -163,15 +203,23 @@ READERS: dict[str, Callable[[Iterable[Event]], Iterator[Found]]] = {
 }
 
 
+#: Per stack: the ids of the calls whose command the stack moved to the background.
+BACKGROUNDED: dict[str, Callable[[Iterable[Event]], set[str]]] = {
+    "claude-code": claude_code_backgrounded,
+}
+
+
 def parse_trajectory(stack: str, events: Iterable[Event]) -> list[ToolCall]:
     """The tool calls of `stack`'s event stream, numbered from 1 in stream order; [] for an
     unknown stack."""
     reader = READERS.get(stack)
     if reader is None:
         return []
+    events = list(events)
+    moved = BACKGROUNDED[stack](events) if stack in BACKGROUNDED else set()
     return [
-        ToolCall(seq=n, tool=tool or "?", kind=kind, detail=detail, at=at)
-        for n, (at, tool, kind, detail) in enumerate(reader(events), start=1)
+        ToolCall(seq=n, tool=tool or "?", kind=kind, detail=detail, at=at, backgrounded=call_id in moved)
+        for n, (at, tool, kind, detail, call_id) in enumerate(reader(events), start=1)
     ]
 
 

@@ -2,10 +2,17 @@
 scripted driver server through the run's gateway (issue 11's end-to-end test).
 
 The "model" plays: write `code/train.py` (SFT of the tiny model on `arith`), dump the agent's
-environment into `code/env.txt`, run the training, submit `output/v1` with curl, stop. The run
-must end with a scored submission; the tokens the gateway metered must
-equal the usage the driver sent; the stack's event stream is the run's trajectory in the store;
-the upstream key (a marker) is in no agent-visible environment nor anywhere in the store.
+environment into `code/env.txt`, run the training, wait for its end, submit `output/v1` with curl,
+stop. The run must end with a scored submission; the tokens the gateway metered must equal the
+usage the driver sent; the stack's event stream is the run's trajectory in the store; the upstream
+key is in no agent-visible environment nor anywhere in the store.
+
+Independent of the machine's speed: the training runs in a session of its own (`setsid -w`), so
+whatever the stack's shell tool does to a command past its timeout (Claude Code moves it to the
+background, others stop waiting or kill its process group), it runs to its end and leaves
+`train.done`; the next step waits for that file in bounded loops, played again until it says the
+training finished. Claude Code's training step gets a 5 s timeout, so its stack always moves the
+training to the background — and the report must say so.
 """
 
 from __future__ import annotations
@@ -18,12 +25,13 @@ from a2rl_runner.run import run_benchrun
 
 from a2rl.api.benchrun import BenchRun
 from a2rl.stacks import STACK_NAMES, stack_def
-from tests.support.driver_server import SUBMIT_COMMAND, DriverServer, Script, write_file_command
+from tests.support.driver_server import SUBMIT_COMMAND, DriverServer, Script, Step, write_file_command
 
 pytestmark = pytest.mark.slow
 
-KEY_ENV = "A2RL_TEST_DRIVER_KEY"
-UPSTREAM_KEY = "sk-upstream-marker-5f1c2b9e7d"  # stands for a real provider key
+# What a user has in their shell: a provider key under the provider's usual name.
+KEY_ENV = "TOGETHER_API_KEY"
+UPSTREAM_KEY = "tgp_v1_9Qm2xL7RkT4wZc8NbV3hJd6FsA1pYe5uGo0iKlMnBq"
 #: SFT steps of the scripted training (batch 32, lr 2e-3: the reference agent's settings). Measured
 #: on 2 cores (2026-11-25): 300 steps ≈ 85 s, mean loss 0.98, 11/100 held-out items right (the
 #: untrained tiny model: 0); 150 steps at 5e-3 scored 0.
@@ -48,13 +56,32 @@ session.save(Path(os.environ["OUTPUT_DIR"]) / "v1")
 """
 
 
-def _script() -> Script:
-    return Script.of(
-        [
-            write_file_command("code/train.py", TRAIN_PY),
-            "env | sort > code/env.txt",
-            "python3 code/train.py",
-            SUBMIT_COMMAND,
+#: The training, in a session of its own: it ends by writing `train.done`, whatever the stack's
+#: shell tool did to the command that started it.
+TRAIN_COMMAND = (
+    "setsid -w sh -c 'python3 code/train.py > train.log 2>&1; "
+    """echo "finished, exit code $?" > train.done'; tail -n 3 train.log"""
+)
+#: Waits up to 2 minutes (within every stack's shell timeout) and says where the training is;
+#: played again until it prints TRAINING_ENDED (a text the command itself does not contain).
+WAIT_COMMAND = (
+    "for i in $(seq 1 24); do [ -f train.done ] && break; sleep 5; done; "
+    "if [ -f train.done ]; then printf 'training %s\\n' \"$(cat train.done)\"; tail -n 3 train.log; "
+    "else echo 'training still running'; tail -n 1 train.log; fi"
+)
+TRAINING_ENDED = "training finished"
+#: Claude Code's shell timeout for the training step: the training always outlives it.
+BACKGROUND_AFTER_S = 5
+
+
+def _script(stack: str) -> Script:
+    return Script(
+        steps=[
+            Step(write_file_command("code/train.py", TRAIN_PY)),
+            Step("env | sort > code/env.txt"),
+            Step(TRAIN_COMMAND, timeout_s=BACKGROUND_AFTER_S if stack == "claude-code" else None),
+            Step(WAIT_COMMAND, until=TRAINING_ENDED),
+            Step(SUBMIT_COMMAND),
         ]
     )
 
@@ -67,7 +94,7 @@ def _benchrun(stack: str, driver_url: str, **budget: int) -> BenchRun:
         "baseModel": {"name": "tiny", "source": "builtin:tiny"},
         "agent": {"stack": stack},
         "driver": {"provider": provider, "model": "scripted-1", "baseUrl": base_url, "apiKeyEnv": KEY_ENV},
-        "budget": {"wallTimeSeconds": 900, "graceSeconds": 5, **budget},
+        "budget": {"wallTimeSeconds": 1800, "graceSeconds": 5, **budget},
         "evaluation": {"backend": "transformers", "limit": 100},
     }
     return BenchRun.model_validate({"metadata": {"name": f"stack-{stack}"}, "spec": spec})
@@ -79,7 +106,7 @@ def test_a_stack_trains_and_submits_through_the_gateway(
 ) -> None:
     monkeypatch.setenv(KEY_ENV, UPSTREAM_KEY)
     store = tmp_path / "store"
-    with DriverServer(_script(), api_key=UPSTREAM_KEY) as driver:
+    with DriverServer(_script(stack), api_key=UPSTREAM_KEY) as driver:
         outcome = run_benchrun(_benchrun(stack, driver.url), store_uri=str(store), progress=True)
         sent = driver.usage_total()
         assert driver.finished(), driver.steps_played()
@@ -110,6 +137,10 @@ def test_a_stack_trains_and_submits_through_the_gateway(
     kinds = report["trajectory"]["kinds"]
     assert kinds.get("training", 0) >= 1 and kinds.get("submission", 0) >= 1, kinds
     assert all(call["at"] for call in report["trajectory"]["calls"]), report["trajectory"]["calls"]
+    training = [c for c in report["trajectory"]["calls"] if c["kind"] == "training"]
+    if stack == "claude-code":  # its stack moved the training to the background: the report says so
+        assert report["trajectory"]["backgrounded"] == 1 and training[0].get("backgrounded"), training
+        assert "moved to the background" in (run_dir / "report" / "report.md").read_text()
     run_json = json.loads((run_dir / "run.json").read_text())
     assert report["driver"]["total_tokens"] == run_json["driver_tokens"] == summary["total_tokens"]
 
@@ -126,7 +157,7 @@ def test_a_spent_driver_budget_ends_the_run_after_the_agent_saw_the_error(
 ) -> None:
     monkeypatch.setenv(KEY_ENV, UPSTREAM_KEY)
     store = tmp_path / "store"
-    with DriverServer(_script(), api_key=UPSTREAM_KEY) as driver:
+    with DriverServer(_script("claude-code"), api_key=UPSTREAM_KEY) as driver:
         run = _benchrun("claude-code", driver.url, driverTokens=1000)  # spent by the first call
         outcome = run_benchrun(run, store_uri=str(store), progress=True)
         calls_upstream = len(driver.model_calls())

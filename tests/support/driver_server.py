@@ -29,7 +29,10 @@ request that declares no shell tool (titles, summaries, a "who speaks next" chec
 call*: it gets `side_text`, or for a Gemini JSON-schema request the smallest JSON that fits.
 A tool result saying the command still runs (Codex: `Process running with session ID N`;
 OpenHands: `[The command has no new output after …]`) is waited on with the stack's own tool
-(`write_stdin`, an empty `terminal` command) before the next step is played.
+(`write_stdin`, an empty `terminal` command) before the next step is played. A step with `until`
+is played again while its result lacks that text: how a script waits, with bounded shell loops,
+for a command that the stack moved to the background or stopped waiting for (Claude Code moves
+a command still running at its timeout to the background; `Step.timeout_s` sets that timeout).
 
 **Errors.** `DriverServer(fail_after=N, fail_status=S, fail_message=M)` answers every model call
 after N answers with S and M in the provider's own error shape, and no usage: what a gateway
@@ -51,8 +54,9 @@ it sent and the tool results the stack sent back), so a test can assert "metered
 sum of the usage sent" (`usage_total()`) and "this header was seen" (`header_values()`).
 
 Run it by hand: `python -m tests.support.driver_server --script script.json --port 8700 --log
-requests.jsonl` (the script file: `{"steps": ["cmd", {"command": "cmd", "usage": {...}}],
-"final_text": "..."}`; without `--script`, the default script with a trivial train.py).
+requests.jsonl` (the script file: `{"steps": ["cmd", {"command": "cmd", "usage": {...},
+"until": "text", "timeout_s": 5}], "final_text": "..."}`; without `--script`, the default script
+with a trivial train.py).
 """
 
 from __future__ import annotations
@@ -117,10 +121,14 @@ class Usage:
 
 @dataclass(frozen=True)
 class Step:
-    """One scripted tool call: a shell command, with the usage of the response that plays it."""
+    """One scripted tool call: a shell command, with the usage of the response that plays it.
+    `until`: played again while its result lacks this text. `timeout_s`: the shell tool's timeout
+    for this step (default: the script's)."""
 
     command: str
     usage: Usage | None = None
+    until: str | None = None
+    timeout_s: float | None = None
 
 
 @dataclass
@@ -147,7 +155,9 @@ class Script:
                 steps.append(Step(raw))
             else:
                 usage = Usage.parse(raw["usage"]) if "usage" in raw else None
-                steps.append(Step(str(raw["command"]), usage))
+                until = str(raw["until"]) if "until" in raw else None
+                timeout = float(raw["timeout_s"]) if "timeout_s" in raw else None
+                steps.append(Step(str(raw["command"]), usage, until, timeout))
         kwargs: dict[str, Any] = {}
         for key in ("final_text", "side_text"):
             if key in data:
@@ -158,6 +168,19 @@ class Script:
         if "timeout_s" in data:
             kwargs["timeout_s"] = float(data["timeout_s"])
         return cls(steps=steps, **kwargs)
+
+    def step_of(self, results: list[str]) -> int:
+        """The step to play after these tool results (stateless: read from the conversation). A
+        result saying its command still runs completes nothing; a result of an `until` step that
+        lacks its text plays that step again."""
+        k = 0
+        for result in results:
+            if still_running(result) is not None:
+                continue
+            until = self.steps[k].until if k < len(self.steps) else None
+            if until is None or until in result:
+                k += 1
+        return k
 
     def step_usage(self, index: int) -> Usage:
         if index < len(self.steps):
@@ -604,7 +627,7 @@ class DriverServer:
         if shell is None:
             return Turn("side", self.script.side_usage, text=self.script.side_text), tools, results
         # Step k is done when its result (or the last poll's) says the command ended.
-        k = sum(1 for r in results if still_running(r) is None)
+        k = self.script.step_of(results)
         call_id = f"call_a2rl_{len(results)}"
         wait = still_running(results[-1]) if results else None
         if wait is not None and wait[0] in by_name:
@@ -613,13 +636,12 @@ class DriverServer:
         if k >= len(self.script.steps):
             turn = Turn("final", self.script.step_usage(k), text=self.script.final_text, step=k)
             return turn, tools, results
-        command = self.script.steps[k].command
+        step = self.script.steps[k]
         if shell.kind == "local_shell":
-            call = ToolCall(call_id, "local_shell", {"command": ["bash", "-lc", command]}, "local_shell")
+            call = ToolCall(call_id, "local_shell", {"command": ["bash", "-lc", step.command]}, "local_shell")
         else:
-            call = ToolCall(
-                call_id, shell.name, shell_arguments(shell.schema, command, self.script.timeout_s)
-            )
+            timeout_s = self.script.timeout_s if step.timeout_s is None else step.timeout_s
+            call = ToolCall(call_id, shell.name, shell_arguments(shell.schema, step.command, timeout_s))
         return Turn("step", self.script.step_usage(k), call=call, step=k), tools, results
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:

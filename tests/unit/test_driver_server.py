@@ -376,6 +376,31 @@ def test_a_still_running_command_is_waited_for_before_the_next_step(server: Driv
     assert still_running(exited) is None
 
 
+def test_an_until_step_is_played_again_until_its_result_says_so() -> None:
+    """How a script waits for a command the stack moved to the background: the training step with
+    its own shell timeout, then a bounded wait step played until its result says the training ended."""
+    script = Script(
+        steps=[
+            Step("python3 train.py", timeout_s=5),
+            Step("sleep 5; cat train.done", until="finished"),
+            Step("curl submit"),
+        ]
+    )
+    moved = "Command did not complete within its 5s timeout and was moved to the background (ID: b1)."
+    with DriverServer(script) as driver:
+        commands = []
+        for results in ([], [moved], [moved, "not yet"], [moved, "not yet", "finished, exit code 0"]):
+            reply = post(f"{driver.url}/v1/messages", anthropic_body(results))
+            commands.append(reply["content"][0]["input"])
+    assert [c["command"] for c in commands] == [
+        "python3 train.py",
+        *["sleep 5; cat train.done"] * 2,
+        "curl submit",
+    ]
+    assert commands[0]["timeout"] == 5000 and commands[1]["timeout"] == 600000  # ms, the tool's maximum
+    assert script.step_of([moved, "not yet", "finished", "{}"]) == 3
+
+
 # -- Gemini ---------------------------------------------------------------------------------
 
 

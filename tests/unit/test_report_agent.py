@@ -282,3 +282,48 @@ def test_the_evaluation_protocol_is_in_the_run_section_and_the_summary(tmp_path:
     report = build_report(load_history(w.store, w.layout))
     assert report.run.protocol == "reference"
     assert "| Evaluation protocol | reference |" in render_markdown(report)
+
+
+def test_a_training_the_stack_moved_to_the_background_is_reported(tmp_path: Path) -> None:
+    """Claude Code moves a command still running at its shell timeout to the background and the
+    agent goes on (a submission right after may precede the model): the report says so."""
+    w = stack_run(tmp_path, stack="claude-code")
+    moved = (
+        "Command did not complete within its 5s timeout and was moved to the background (ID: bk7m2q9x). "
+        "Output is being written to: /tmp/claude-0/tasks/bk7m2q9x.output. It is running now: do not "
+        "start a second copy while it runs."
+    )
+
+    def bash(at: int, call_id: str, command: str) -> dict[str, Any]:
+        block = {"type": "tool_use", "id": call_id, "name": "Bash", "input": {"command": command}}
+        return {"type": "assistant", "timestamp": iso(at), "message": {"content": [block]}}
+
+    def result(call_id: str, text: str) -> dict[str, Any]:
+        block = {"type": "tool_result", "tool_use_id": call_id, "content": [{"type": "text", "text": text}]}
+        return {"type": "user", "message": {"role": "user", "content": [block]}}
+
+    events = [
+        bash(40, "toolu_01", "python3 code/train.py > train.log 2>&1"),
+        result("toolu_01", moved),
+        bash(50, "toolu_02", "sleep 60 && tail train.log"),
+        result("toolu_02", "Command running in background with ID: bq1. Output is being written to: x"),
+        bash(120, "toolu_03", "curl -s -X POST $GRADING_SERVER_URL/submit -d '{}'"),
+        result("toolu_03", '{"submission_id": 1}'),
+    ]
+    w.store.put_bytes(w.layout.agent_trajectory, "".join(json.dumps(e) + "\n" for e in events).encode())
+    report = build_report(load_history(w.store, w.layout))
+    t = report.trajectory
+    assert t is not None and t.backgrounded == 1  # the agent's own `run_in_background` does not count
+    assert [c.backgrounded for c in t.calls] == [True, None, None]
+    assert "backgrounded" not in t.calls[1].to_json()
+    md = render_markdown(report)
+    assert "1 still-running command(s) moved to the background by the stack (training 1)" in md
+    assert "| 1 | 40.0 | training | Bash | ⧗ python3 code/train.py > train.log 2>&1 |" in md
+    assert "moved to the background by the stack" in render_html(report)
+
+
+def test_a_stream_with_nothing_backgrounded_has_no_background_fields(tmp_path: Path) -> None:
+    w = stack_run(tmp_path, stack="claude-code")
+    with_trajectory(w, "claude-code")
+    stored = build_report(load_history(w.store, w.layout)).to_json()["trajectory"]
+    assert "backgrounded" not in stored and not any("backgrounded" in c for c in stored["calls"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -291,7 +292,20 @@ def trajectory_note(trajectory: ReportTrajectory) -> str:
     more = f"; the first {MAX_TOOL_CALL_ROWS} are listed" if shown > MAX_TOOL_CALL_ROWS else ""
     return (
         f"{trajectory.stack}: {trajectory.tool_calls} tool calls in {trajectory.events} stream events "
-        f"(agent/trajectory.jsonl); tools: {tools}; {timing}{more}."
+        f"(agent/trajectory.jsonl); tools: {tools}; {timing}{more}.{backgrounded_note(trajectory)}"
+    )
+
+
+def backgrounded_note(trajectory: ReportTrajectory) -> str:
+    """What the stack moved to the background, naming the kinds (the agent went on while e.g. its
+    training still ran: a submission right after it may precede the model it meant to submit)."""
+    if not trajectory.backgrounded:
+        return ""
+    kinds = Counter(str(c.kind) for c in trajectory.calls if c.backgrounded)
+    which = ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items()))
+    return (
+        f" {trajectory.backgrounded} still-running command(s) moved to the background by the stack "
+        f"({which}): the agent went on while they ran (marked {BACKGROUNDED_MARK.strip()} below)."
     )
 
 
@@ -301,7 +315,13 @@ def kind_rows(trajectory: ReportTrajectory) -> list[list[str]]:
 
 def tool_call_rows(trajectory: ReportTrajectory) -> list[list[str]]:
     return [
-        [str(c.index), fmt(c.elapsed_s), fmt(c.kind), fmt(c.tool), fmt(c.detail)]
+        [
+            str(c.index),
+            fmt(c.elapsed_s),
+            fmt(c.kind),
+            fmt(c.tool),
+            (BACKGROUNDED_MARK if c.backgrounded else "") + fmt(c.detail),
+        ]
         for c in trajectory.calls[:MAX_TOOL_CALL_ROWS]
     ]
 
@@ -311,6 +331,8 @@ TIMELINE_HEADER = ["step", "service", "start s", "duration s", "status", "spans 
 REVISION_HEADER = ["rev", "min", "reason", "files", "vs previous", "bytes", "paths"]
 DRIVER_MODEL_HEADER = ["model", "calls", "errors", "in", "out", "cached", "cost", "p50 s", "p95 s"]
 TOOL_CALL_HEADER = ["#", "s", "kind", "tool", "detail"]
+#: Before the detail of a call whose command the stack moved to the background.
+BACKGROUNDED_MARK = "⧗ "
 
 
 NO_SANDBOX_LINE = (

@@ -8,6 +8,7 @@ run has no event stream or no agent stack.
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime
 
 from a2rl.records.report import ReportToolCall, ReportTrajectory
 from a2rl.trajectory import KINDS, ToolCall, parse_trajectory, place_on_driver_calls
@@ -39,22 +40,30 @@ def trajectory_section(history: RunHistory) -> ReportTrajectory | None:
     calls, timing = agent_tool_calls(history)
     t0 = origin(history)
     kinds = Counter(c.kind for c in calls)
-    return ReportTrajectory(
+    section = ReportTrajectory(
         stack=history.stack,
         events=len(history.agent_events),
         tool_calls=len(calls),
         kinds={kind: kinds.get(kind, 0) for kind in KINDS},
         tools=dict(sorted(Counter(c.tool for c in calls).items())),
         timing=timing,
-        calls=[
-            ReportToolCall(
-                index=c.seq,
-                at=iso(c.at),
-                elapsed_s=seconds_since(t0, c.at),
-                tool=c.tool,
-                kind=c.kind,
-                detail=c.detail,
-            )
-            for c in calls
-        ],
+        calls=[_call_row(c, t0) for c in calls],
     )
+    moved = sum(1 for c in calls if c.backgrounded)
+    if moved:  # set only then: reports of other runs stay as they were
+        section.backgrounded = moved
+    return section
+
+
+def _call_row(call: ToolCall, t0: datetime | None) -> ReportToolCall:
+    row = ReportToolCall(
+        index=call.seq,
+        at=iso(call.at),
+        elapsed_s=seconds_since(t0, call.at),
+        tool=call.tool,
+        kind=call.kind,
+        detail=call.detail,
+    )
+    if call.backgrounded:
+        row.backgrounded = True
+    return row
