@@ -28,7 +28,9 @@ class CodeRevision(Record):
     #: Files left out of the snapshot (over the size limit, or vanished while it ran).
     skipped: list[str] = []
     #: Entries refused by the no-follow walk (symlinks, FIFOs, sockets, devices, files with a
-    #: second hard link, entries swapped while being read), with the reason; absent when none.
+    #: second hard link, sparse files, entries swapped while being read) and files past the run's
+    #: cap on stored bytes, with the reason; absent when none. A revision whose every entry was
+    #: refused has no files and lists them all here.
     refused: list[LeftOut] = []
     #: Ignored caches (`__pycache__/`, `.ipynb_checkpoints/`, `*.pyc`); absent when none.
     ignored: list[LeftOut] = []

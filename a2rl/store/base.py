@@ -92,6 +92,11 @@ class ObjectStore(ABC):
             self.get_file(src, path)
             self.put_file(dst, path)
 
+    def free_bytes(self) -> int | None:
+        """Bytes this store can still take, when it can tell (a local directory: its file
+        system's space available to us); None when unknown (S3: the cap is the configured one)."""
+        return None
+
     def url_for(self, key: str) -> str:
         """A URI naming `key` (for status fields and reports, not a presigned link)."""
         return f"{self.uri.rstrip('/')}/{key}"

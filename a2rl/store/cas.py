@@ -27,7 +27,15 @@ from typing import Any, Protocol
 from a2rl.errors import A2rlError
 from a2rl.store.base import ContentChangedError, ObjectStore
 from a2rl.store.local import check_key
-from a2rl.store.safe_tree import CHANGED, FdReader, OpenTree, Refusal, TreeFile, TreeRefusedError, read_chunks
+from a2rl.store.safe_tree import (
+    CHANGED,
+    FdReader,
+    OpenTree,
+    Refusal,
+    TreeFile,
+    TreeRefusedError,
+    read_chunks,
+)
 
 
 class BlobLayout(Protocol):
@@ -198,12 +206,31 @@ class SnapshotDeadlineError(A2rlError):
 class StoreBudgetError(A2rlError):
     """Storing a blob would take the run past its cap on bytes stored (`UploadBudget`)."""
 
+    def __init__(self, name: str, reason: str, hint: str) -> None:
+        self.reason = reason
+        super().__init__(f"storing {name} {reason}; {hint}")
+
+
+#: Refusal kind of a file left out of a lenient snapshot because the run's byte cap is reached.
+OVER_BUDGET = "over-budget"
+#: At run start, a run may store at most this fraction of the store's free space (local stores).
+FREE_SPACE_FRACTION = 0.5
+
+
+def run_stored_cap(configured: int | None, free_bytes: int | None) -> int | None:
+    """The cap on new blob bytes for one run: the configured cap (None: none), and at most
+    `FREE_SPACE_FRACTION` of the store's free space when the store reports it, so the cap is
+    never above what its disk can hold."""
+    from_free = None if free_bytes is None else int(free_bytes * FREE_SPACE_FRACTION)
+    return min((c for c in (configured, from_free) if c is not None), default=None)
+
 
 class UploadBudget:
     """A cap on the bytes one run uploads as new blobs (deduplicated and in-store copies are free).
 
-    Shared by concurrent snapshots: `reserve` before an upload (raises `StoreBudgetError` past the
-    cap), `release` when the upload did not happen.
+    Shared by concurrent snapshots (submissions and code revisions): `reserve` before an upload
+    (raises `StoreBudgetError` past the cap), `release` when the upload did not happen.
+    `for_store` computes the cap at run start from the configured one and the store's free space.
     """
 
     def __init__(self, limit: int | None, used: int = 0) -> None:
@@ -211,12 +238,19 @@ class UploadBudget:
         self.used = used
         self._lock = threading.Lock()
 
+    @classmethod
+    def for_store(cls, store: ObjectStore, configured: int | None) -> UploadBudget:
+        """The budget of a run starting now on `store` (`configured` None or <= 0: no configured cap)."""
+        return cls(run_stored_cap(configured if configured and configured > 0 else None, store.free_bytes()))
+
     def reserve(self, n: int, name: str) -> None:
         with self._lock:
             if self.limit is not None and self.used + n > self.limit:
                 raise StoreBudgetError(
-                    f"storing {name} ({n} bytes) would take this run past its limit of {self.limit} bytes "
-                    f"stored ({self.used} used); submit fewer or smaller distinct files"
+                    name,
+                    f"({n} bytes) would take this run past its limit of {self.limit} bytes stored "
+                    f"({self.used} used)",
+                    "store fewer or smaller distinct files",
                 )
             self.used += n
 
@@ -398,7 +432,9 @@ def snapshot_tree(
     `read_deadline` (epoch seconds on `clock`): every read of the tree must finish before it,
     else `SnapshotDeadlineError`; an upload whose bytes no longer match the hash is then never
     re-hashed after the deadline (the bytes recorded are the bytes read before it). `budget`
-    caps the bytes uploaded (`StoreBudgetError`).
+    caps the bytes uploaded (`StoreBudgetError`). A sparse file (`safe_tree.SPARSE`, checked
+    when opened and again after it was read) and, in a lenient tree, a file past the `budget`
+    (kind `OVER_BUDGET`) are left out and listed in `stats.refused`; a strict tree raises.
     """
     t0 = time.monotonic()
     stats = SnapshotStats()
@@ -429,6 +465,7 @@ def snapshot_tree(
                 raise changed() from None
             if tree.strict and size != f.size:
                 raise changed()
+            tree.check_not_sparse(fd, f)
             return digest, size
 
         try:
@@ -465,10 +502,24 @@ def snapshot_tree(
                     return None
                 if tree.strict and size != f.size:
                     raise changed()
+                # Holes punched (or `truncate -s` past the end) while the file was read.
+                tree.check_not_sparse(fd, f)
                 if digests is not None and size == st.st_size:
                     digests.put(cache_key, st, digest, started)
             digest, size = uploader.ensure(fd, name, digest, size, rehash)
             return TreeEntry(f.rel, digest, size, f.mode)
+        except TreeRefusedError as exc:
+            if tree.strict:
+                raise
+            with lock:
+                refused.append(exc.refusal)
+            return None
+        except StoreBudgetError as exc:
+            if tree.strict:
+                raise
+            with lock:
+                refused.append(Refusal(name, f"was not stored: it {exc.reason}", OVER_BUDGET))
+            return None
         finally:
             os.close(fd)
 

@@ -68,6 +68,13 @@ class LocalStore(ObjectStore):
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key).split("/"))
 
+    def free_bytes(self) -> int | None:
+        try:
+            st = os.statvfs(self.root)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
+
     def _tmp_for(self, dest: Path) -> tuple[int, str]:
         dest.parent.mkdir(parents=True, exist_ok=True)
         return tempfile.mkstemp(prefix=f".{dest.name}.", suffix=TMP_SUFFIX, dir=dest.parent)

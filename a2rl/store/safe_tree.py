@@ -10,6 +10,14 @@ and — unless the caller allows them — regular files with more than one hard 
 may be outside the workspace, where the agent could not read it). A FIFO never blocks: nothing
 is opened before its `lstat` says "regular file" or "directory", and opens are non-blocking.
 
+Sparse files are refused too (kind `sparse`) when their holes add up to more than
+`MAX_HOLE_BYTES`: a blob is stored dense, so `truncate -s 1G code/weights.bin` (4 KB on disk)
+would otherwise cost the store 1 GiB. Holes are counted with `SEEK_DATA`/`SEEK_HOLE` on a
+descriptor (a compressed file system's small `st_blocks` alone refuses nothing), once when the
+scan sees a file whose allocated blocks fall short of its length, and again on the descriptor a
+snapshot reads (`open_file`, and after the read: `check_not_sparse`), so a hole punched after the
+scan is caught too.
+
 `OpenTree.open(path)` opens a root, `OpenTree.open_under(base, rel)` a path below a trusted
 directory (one component at a time); `scan()` walks it (stat only, no file is opened);
 `open_file(entry)` opens one listed file for reading and `read_chunks` reads it from that
@@ -47,6 +55,11 @@ MISSING = "missing"  # absent (only for the root or a component on the way to it
 NOT_DIR = "not-a-directory"
 TOO_DEEP = "too-deep"
 UNREADABLE = "unreadable"  # any other OSError (EACCES, ENAMETOOLONG, EIO, …)
+SPARSE = "sparse"  # a regular file whose holes exceed MAX_HOLE_BYTES
+
+#: A regular file whose holes (ranges never written, stored as nothing on disk) add up to more
+#: than this is refused: its blob would be stored dense, at its full length.
+MAX_HOLE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -108,6 +121,52 @@ def refusal_for(path: str, st: os.stat_result, *, allow_hard_links: bool) -> Ref
         return None
     kind = LINK if stat.S_ISLNK(mode) else SPECIAL
     return Refusal(path, f"is {kind_of(mode)}; {ONLY_REGULAR}", kind)
+
+
+def hole_bytes(fd: int, size: int) -> int:
+    """Bytes of `fd`'s first `size` that are holes (`SEEK_DATA`/`SEEK_HOLE`; 0 where the file
+    system does not report holes). Moves the descriptor's offset (reads here use `pread`)."""
+    holes = 0
+    pos = 0
+    while pos < size:
+        try:
+            data = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data after pos: the rest is a hole
+                return holes + size - pos
+            return holes  # SEEK_DATA unsupported (EINVAL): no holes known
+        data = min(data, size)
+        holes += data - pos
+        if data >= size:
+            break
+        try:
+            pos = os.lseek(fd, data, os.SEEK_HOLE)
+        except OSError:
+            return holes
+    return holes
+
+
+def may_be_sparse(st: os.stat_result) -> bool:
+    """Whether `st`'s allocated blocks fall short of its length by more than `MAX_HOLE_BYTES`
+    (a cheap filter: holes, or compression; `hole_bytes` tells which)."""
+    return stat.S_ISREG(st.st_mode) and st.st_size - st.st_blocks * 512 > MAX_HOLE_BYTES
+
+
+def sparse_refusal(path: str, fd: int, st: os.stat_result) -> Refusal | None:
+    """A `SPARSE` refusal when the file open on `fd` (`fstat` result `st`) has more than
+    `MAX_HOLE_BYTES` of holes; None otherwise."""
+    if not may_be_sparse(st):
+        return None
+    holes = hole_bytes(fd, st.st_size)
+    if holes <= MAX_HOLE_BYTES:
+        return None
+    return Refusal(
+        path,
+        f"is a sparse file ({st.st_size} bytes long, {holes} of them holes never written; "
+        f"at most {MAX_HOLE_BYTES} bytes of holes are recorded): write its bytes out "
+        "(cp --sparse=never) or leave it out",
+        SPARSE,
+    )
 
 
 def _os_refusal(path: str, exc: OSError) -> Refusal:
@@ -271,6 +330,8 @@ class OpenTree:
                     refuse(_os_refusal(self.shown(rel), exc))
                     continue
                 refusal = refusal_for(self.shown(rel), st, allow_hard_links=allow_hard_links)
+                if refusal is None and may_be_sparse(st):
+                    refusal = self._sparse_at_scan(fd, entry.name, rel, st)
                 if refusal is not None:
                     refuse(refusal)
                     continue
@@ -348,6 +409,27 @@ class OpenTree:
             raise TreeRefusedError(Refusal(self.shown(rel), "was replaced while it was being read", CHANGED))
         return fd
 
+    def _sparse_at_scan(self, dir_fd: int, name: str, rel: str, st: os.stat_result) -> Refusal | None:
+        """The `SPARSE` refusal of a file the scan found (opened no-follow, checked to be the inode
+        `lstat` saw); None when it is not sparse or is gone (the read will tell)."""
+        try:
+            fd = os.open(name, OPEN_FILE_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            return None  # vanished or swapped: `open_file` refuses or skips it
+        try:
+            now = os.fstat(fd)
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now.st_mode):
+                return None
+            return sparse_refusal(self.shown(rel), fd, now)
+        finally:
+            os.close(fd)
+
+    def check_not_sparse(self, fd: int, entry: TreeFile) -> None:
+        """Raise `TreeRefusedError` (kind `SPARSE`) when the file open on `fd` has too many holes."""
+        refusal = sparse_refusal(self.shown(entry.rel), fd, os.fstat(fd))
+        if refusal is not None:
+            raise TreeRefusedError(refusal)
+
     def iter_paths(self) -> Iterator[str]:
         return (f.rel for f in self.files)
 
@@ -357,7 +439,8 @@ class OpenTree:
         """A read-only descriptor of `entry`, reached through the directories the scan entered.
 
         Every directory on the way and the file itself must be the (device, inode) the scan saw;
-        otherwise `TreeRefusedError` (kind `CHANGED`). `FileNotFoundError` when it vanished.
+        otherwise `TreeRefusedError` (kind `CHANGED`); a sparse file is refused (kind `SPARSE`).
+        `FileNotFoundError` when it vanished.
         """
         parts = entry.rel.split("/")
         fd = self.fd
@@ -387,6 +470,8 @@ class OpenTree:
             refusal = refusal_for(self.shown(entry.rel), st, allow_hard_links=self.allow_hard_links)
             if refusal is None and (st.st_dev, st.st_ino) != (entry.dev, entry.ino):
                 refusal = Refusal(self.shown(entry.rel), "was replaced while it was being read", CHANGED)
+            if refusal is None:
+                refusal = sparse_refusal(self.shown(entry.rel), file_fd, st)
             if refusal is not None:
                 raise TreeRefusedError(refusal)
         except BaseException:

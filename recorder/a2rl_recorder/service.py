@@ -62,9 +62,9 @@ class Recorder:
         self.layout = RunLayout.from_prefix(config.run_prefix)
         self.known: set[str] = set()
         self.digests = DigestCache()  # unchanged files are not re-hashed at the next snapshot
-        # New blob bytes this recorder's submissions may still store (sparse-file amplification).
-        stored_cap = config.max_run_stored_bytes
-        self.upload_budget = UploadBudget(stored_cap if stored_cap > 0 else None)
+        # New blob bytes this recorder's submissions and code revisions may still store: the
+        # configured cap, at most a fraction of the store's free space now.
+        self.upload_budget = UploadBudget.for_store(store, config.max_run_stored_bytes)
         self.code = CodeSnapshotter(
             store,
             self.layout,
@@ -72,6 +72,7 @@ class Recorder:
             max_file_bytes=config.code_max_file_bytes,
             known=self.known,
             digests=self.digests,
+            budget=self.upload_budget,
         )
         self.state = RunState(store, self.layout, getattr(dispatcher, "result", None), key=config.run_key)
         self._alloc_lock = threading.Lock()

@@ -1,14 +1,16 @@
 """Code revisions: content-addressed snapshots of the workspace's `code/`.
 
 `CodeSnapshotter.snapshot(reason)` writes `revisions/<n>.json` (a `CodeRevision`,
-`a2rl.records.revision`) only when the tree digest changed (numbered from 1, continuing after a
-recorder restart). `CodeWatcher` polls `code/` (cheap: file sizes and mtimes), and snapshots once
-the tree has changed and then stayed unchanged for the debounce interval, so a burst of edits
-gives one revision — or, while `code/` keeps changing, at least every `max_wait_s`; `stop()`
-flushes a final one.
+`a2rl.records.revision`) only when the tree digest or the list of entries left out changed
+(numbered from 1, continuing after a recorder restart); a `code/` whose every entry was refused
+still gets a revision (no files, the refusals listed). `CodeWatcher` polls `code/` (cheap: file
+sizes and mtimes), and snapshots once the tree has changed and then stayed unchanged for the
+debounce interval, so a burst of edits gives one revision — or, while `code/` keeps changing, at
+least every `max_wait_s`; `stop()` flushes a final one.
 
 `code/` is walked and read without following anything (`a2rl.store.safe_tree`): symlinks, FIFOs,
-sockets, devices and files with a second hard link are left out and listed in the revision's
+sockets, devices, files with a second hard link, sparse files and files past the run's cap on
+stored bytes (`UploadBudget`, shared with submissions) are left out and listed in the revision's
 `refused`; ignored caches (`__pycache__/`, `.ipynb_checkpoints/`, `*.pyc`) are listed in
 `ignored`. A `code/` that is itself a symlink gives no revision (a warning is logged).
 """
@@ -29,7 +31,7 @@ from a2rl.records.revision import CodeRevision, LeftOut
 from a2rl.records.times import utc_now
 from a2rl.records.tree import TreeRecord
 from a2rl.store.base import ObjectStore
-from a2rl.store.cas import DigestCache, snapshot_tree
+from a2rl.store.cas import DigestCache, UploadBudget, snapshot_tree
 from a2rl.store.layout import RunLayout
 from a2rl.store.safe_tree import MISSING, OpenTree, Refusal, TreeRefusedError
 
@@ -46,10 +48,15 @@ MAX_LISTED = 1000
 DEFAULT_MAX_WAIT_S = 10.0
 
 
+#: What a revision lists as left out: (section, path, reason), sorted.
+LeftOutKey = tuple[tuple[str, str, str], ...]
+
+
 @dataclass(frozen=True)
 class Revision:
     index: int
     digest: str
+    left_out: LeftOutKey = ()
 
 
 class CodeSnapshotter:
@@ -62,6 +69,7 @@ class CodeSnapshotter:
         max_file_bytes: int,
         known: set[str] | None = None,
         digests: DigestCache | None = None,
+        budget: UploadBudget | None = None,
     ) -> None:
         self.store = store
         self.layout = layout
@@ -69,6 +77,7 @@ class CodeSnapshotter:
         self.max_file_bytes = max_file_bytes
         self.known = known if known is not None else set()
         self.digests = digests if digests is not None else DigestCache()
+        self.budget = budget
         self._lock = threading.Lock()
         self._warned = False
         self.latest = self._load_latest()
@@ -80,7 +89,7 @@ class CodeSnapshotter:
         data = load_record(self.store, keys[-1], CodeRevision)
         if data.index is None or data.digest is None:
             raise ValueError(f"{self.store.url_for(keys[-1])} has no index or digest")
-        return Revision(data.index, data.digest)
+        return Revision(data.index, data.digest, _left_out_key(data.skipped, data.refused, data.ignored))
 
     def _exclude(self, rel: str, st: os.stat_result) -> str | None:
         """Why the walk leaves `rel` out (an ignored cache, a file over the size limit), or None."""
@@ -139,19 +148,25 @@ class CodeSnapshotter:
                     known=self.known,
                     digests=self.digests,
                     max_file_bytes=self.max_file_bytes,
+                    budget=self.budget,
                 )
-            if self.latest is not None and manifest.digest == self.latest.digest:
-                return self.latest
-            if self.latest is None and not manifest.entries:
-                return None
-            index = 1 if self.latest is None else self.latest.index + 1
             ignored = [r for r in stats.excluded if r.reason.startswith(IGNORED)]
             oversize = [r.path for r in stats.excluded if not r.reason.startswith(IGNORED)]
+            skipped = sorted(stats.skipped + oversize)
             listed: dict[str, list[LeftOut]] = {}
             if stats.refused:
                 listed["refused"] = _listed(stats.refused)
             if ignored:
                 listed["ignored"] = _listed(ignored)
+            left_out = _left_out_key(skipped, listed.get("refused", []), listed.get("ignored", []))
+            if self.latest is not None and (manifest.digest, left_out) == (
+                self.latest.digest,
+                self.latest.left_out,
+            ):
+                return self.latest
+            if self.latest is None and not manifest.entries and not left_out:
+                return None
+            index = 1 if self.latest is None else self.latest.index + 1
             write_record(
                 self.store,
                 self.layout.revision(index),
@@ -163,16 +178,23 @@ class CodeSnapshotter:
                     digest=manifest.digest,
                     files_uploaded=stats.files_uploaded,
                     bytes_uploaded=stats.bytes_uploaded,
-                    skipped=sorted(stats.skipped + oversize),
+                    skipped=skipped,
                     **listed,
                 ),
             )
-            self.latest = Revision(index, manifest.digest)
+            self.latest = Revision(index, manifest.digest, left_out)
             log.info("code revision %d (%s): %d files, %s", index, reason, stats.files, manifest.digest[:12])
             if stats.refused:
                 log.warning("code revision %d left out %d refused entries, e.g. %s", index,
                             len(stats.refused), stats.refused[0].message)  # fmt: skip
             return self.latest
+
+
+def _left_out_key(skipped: list[str], refused: list[LeftOut], ignored: list[LeftOut]) -> LeftOutKey:
+    rows = [("skipped", p, "") for p in skipped]
+    rows += [("refused", r.path, r.reason) for r in refused]
+    rows += [("ignored", r.path, r.reason) for r in ignored]
+    return tuple(sorted(rows))
 
 
 def _listed(entries: list[Refusal]) -> list[LeftOut]:

@@ -460,6 +460,9 @@ class SpoolingStore(ObjectStore):
     def url_for(self, key: str) -> str:
         return self.inner.url_for(key)
 
+    def free_bytes(self) -> int | None:
+        return self.inner.free_bytes()
+
 
 def default_spool_dir(run_prefix: str) -> Path:
     """`$TMPDIR/a2rl-spool/<namespace>_<run>-<uid>`: per run, outside the agent's workspace."""

@@ -1,5 +1,6 @@
 """A hostile agent against a real `Recorder` (LocalStore in tmp_path): links, swaps, FIFOs, hard
-links, sparse files, a linked run_meta.json and post-deadline rewrites. Real files, real races.
+links, sparse files, store flooding, a linked run_meta.json and post-deadline rewrites. Real
+files, real races.
 
 The promise every test checks: no byte of a file outside the workspace (`SECRET`) and no byte
 written after the deadline ever lands in the store, and every attack gets a 4xx naming the path
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ from pathlib import Path
 import pytest
 from a2rl_recorder.config import RecorderConfig
 from a2rl_recorder.snapshots import CodeSnapshotter, CodeWatcher, Debounce
+from a2rl_recorder.submit import SubmitRejectedError, snapshot_model, validate_model_path
 
 from a2rl.constants import (
     ENV_HELDOUT_PATH,
@@ -29,6 +32,7 @@ from a2rl.constants import (
     ENV_WORKSPACE,
 )
 from a2rl.store.base import Reader
+from a2rl.store.cas import FREE_SPACE_FRACTION, run_stored_cap
 from a2rl.store.local import LocalStore
 from tests.support.recorder_support import LAYOUT, make_model, new_recorder, submission_keys
 
@@ -212,29 +216,125 @@ def test_a_hard_link_to_an_outside_file_is_refused(tmp_path: Path) -> None:
 
 
 def _sparse(path: Path, size: int) -> None:
-    with path.open("wb") as f:
-        f.truncate(size)
+    """`truncate -s <size> <path>`: a file of `size` bytes that takes (almost) no disk."""
+    subprocess.run(["truncate", "-s", str(size), str(path)], check=True)
 
 
-def test_a_sparse_file_counts_at_its_full_length(tmp_path: Path) -> None:
-    recorder, store, _, ws = new_recorder(tmp_path, max_model_bytes=1 << 20)
+def _blob_bytes(store: LocalStore) -> int:
+    return sum(p.stat().st_size for p in (store.root / LAYOUT.blobs).rglob("*") if p.is_file())
+
+
+def test_a_sparse_model_file_is_refused(tmp_path: Path) -> None:
+    recorder, store, dispatcher, ws = new_recorder(tmp_path)
     model = make_model(ws / "output" / "v1")
-    _sparse(model / "model.safetensors", 5 << 20)
+    _sparse(model / "model-00002-of-00002.safetensors", 1 << 30)
     status, reply = recorder.submit({"model_path": "output/v1"})
-    assert status == 413 and "larger than the limit" in reply["error"]  # type: ignore[call-overload]
-    assert submission_keys(store) == [] and list(store.list(LAYOUT.blobs)) == []
+    assert status == 400, reply
+    assert reply["error"].startswith("output/v1/model-00002-of-00002.safetensors is a sparse file")  # type: ignore[call-overload]
+    assert submission_keys(store) == [] and _blob_bytes(store) == 0 and dispatcher.calls == []
 
 
-def test_the_run_cap_on_stored_bytes_stops_sparse_amplification(tmp_path: Path) -> None:
+def test_a_hole_made_after_the_checks_is_caught_before_anything_is_stored(tmp_path: Path) -> None:
+    # The model is dense when the submit checks it; the agent then grows its weights with
+    # `truncate` (a 1 GiB hole) before the snapshot reads them.
+    recorder, store, _, ws = new_recorder(tmp_path)
+    model = make_model(ws / "output" / "v1")
+    candidate = validate_model_path(ws, "output/v1", max_bytes=50 << 30)
+    _sparse(model / "model.safetensors", 1 << 30)
+    with candidate.tree, pytest.raises(SubmitRejectedError) as err:
+        snapshot_model(
+            store, LAYOUT, candidate, known=None, digests=None, read_deadline=None, clock=time.time,
+            budget=recorder.upload_budget,
+        )  # fmt: skip
+    assert err.value.status == 400 and "output/v1/model.safetensors is a sparse file" in str(err.value)
+    assert _blob_bytes(store) < (1 << 20)
+
+
+def test_the_run_cap_on_stored_bytes_stops_distinct_large_submissions(tmp_path: Path) -> None:
     recorder, store, dispatcher, ws = new_recorder(tmp_path, max_run_stored_bytes=3 << 20)
-    _sparse(make_model(ws / "output" / "v1") / "model.safetensors", 2 << 20)
+    (make_model(ws / "output" / "v1") / "model.safetensors").write_bytes(os.urandom(2 << 20))
     assert recorder.submit({"model_path": "output/v1"})[0] == 200
     assert recorder.submit({"model_path": "output/v1"})[0] == 200  # the same bytes again: free
-    _sparse(make_model(ws / "output" / "v2") / "model.safetensors", (2 << 20) + 1)
+    (make_model(ws / "output" / "v2") / "model.safetensors").write_bytes(os.urandom(2 << 20))
     status, reply = recorder.submit({"model_path": "output/v2"})
     assert status == 413 and "past its limit" in reply["error"]  # type: ignore[call-overload]
     assert "output/v2/model.safetensors" in reply["error"]  # type: ignore[call-overload]
     assert dispatcher.calls == [1, 2] and not store.exists(LAYOUT.submission_manifest(3))
+
+
+def test_the_run_cap_is_below_the_free_space_of_the_store(tmp_path: Path) -> None:
+    free = LocalStore(tmp_path / "store").free_bytes()
+    assert (
+        free is not None
+        and free == os.statvfs(tmp_path / "store").f_bavail * os.statvfs(tmp_path / "store").f_frsize
+    )
+    recorder, _, _, _ = new_recorder(tmp_path)  # the configured cap: the default 200 GiB
+    limit = recorder.upload_budget.limit
+    assert limit is not None
+    # At most half the free space at run start (give or take what the test itself wrote since).
+    assert limit <= min(200 << 30, free * FREE_SPACE_FRACTION + (16 << 20))
+    assert limit >= min(200 << 30, free * FREE_SPACE_FRACTION - (16 << 20))
+    assert run_stored_cap(None, 10 << 30) == 5 << 30 and run_stored_cap(1 << 30, 10 << 30) == 1 << 30
+    assert run_stored_cap(None, None) is None and run_stored_cap(7, None) == 7
+
+
+def test_a_sparse_gigabyte_in_code_is_refused_and_listed(tmp_path: Path) -> None:
+    # Even where the per-file limit of code/ would let a 1 GiB file through.
+    recorder, store, _, ws = new_recorder(tmp_path, code_max_file_bytes=4 << 30)
+    (ws / "code" / "train.py").write_text("print('train')\n")
+    _sparse(ws / "code" / "weights.bin", 1 << 30)
+    rev = recorder.code.snapshot("change")
+    assert rev is not None
+    doc = store.get_json(LAYOUT.revision(rev.index))
+    assert [f["path"] for f in doc["tree"]["files"]] == ["train.py"]
+    refused = {r["path"]: r["reason"] for r in doc["refused"]}
+    assert list(refused) == ["weights.bin"] and refused["weights.bin"].startswith("is a sparse file")
+    assert _blob_bytes(store) < (1 << 20)
+
+
+def test_code_revisions_count_against_the_run_cap(tmp_path: Path) -> None:
+    recorder, store, _, ws = new_recorder(tmp_path, max_run_stored_bytes=3 << 20)
+    code = ws / "code"
+    (code / "ckpt-1.pt").write_bytes(os.urandom(2 << 20))
+    (code / "ckpt-2.pt").write_bytes(os.urandom(2 << 20))
+    rev = recorder.code.snapshot("change")
+    assert rev is not None
+    doc = store.get_json(LAYOUT.revision(rev.index))
+    assert len(doc["tree"]["files"]) == 1
+    [over] = doc["refused"]
+    assert over["path"] in ("ckpt-1.pt", "ckpt-2.pt") and "past its limit" in over["reason"]
+    assert _blob_bytes(store) <= 3 << 20
+    # A submission cannot store past the cap either: the code used it.
+    (make_model(ws / "output" / "v1") / "model.safetensors").write_bytes(os.urandom(2 << 20))
+    assert recorder.submit({"model_path": "output/v1"})[0] == 413
+
+
+def test_a_code_dir_of_only_refused_entries_still_writes_a_revision(tmp_path: Path) -> None:
+    _, store, _, ws = new_recorder(tmp_path)
+    secret = _secret_dir(tmp_path)
+    code = ws / "code"
+    os.link(secret / "heldout.jsonl", code / "train_extra.jsonl")
+    (code / "server.key").symlink_to("/etc/ssl/private/ssl-cert-snakeoil.key")
+    os.mkfifo(code / "progress.fifo")
+    snap = CodeSnapshotter(store, LAYOUT, code, max_file_bytes=1 << 20)
+    rev = snap.snapshot("change")
+    assert rev is not None and rev.index == 1
+    doc = store.get_json(LAYOUT.revision(1))
+    assert doc["tree"]["files"] == []
+    refused = {r["path"]: r["reason"] for r in doc["refused"]}
+    assert set(refused) == {"train_extra.jsonl", "server.key", "progress.fifo"}
+    assert refused["train_extra.jsonl"].startswith("has 2 hard links")
+    assert refused["server.key"].startswith("is a symlink")
+    assert refused["progress.fifo"].startswith("is a FIFO")
+    assert snap.snapshot("change") == rev  # nothing changed: no new revision
+    # A new refused entry is a change of what the revision lists: a new revision, same (empty) tree.
+    os.mkfifo(code / "stderr.fifo")
+    rev2 = snap.snapshot("change")
+    assert rev2 is not None and rev2.index == 2 and rev2.digest == rev.digest
+    assert "stderr.fifo" in {r["path"] for r in store.get_json(LAYOUT.revision(2))["refused"]}
+    # After a recorder restart, the listing is read back: still no new revision.
+    assert CodeSnapshotter(store, LAYOUT, code, max_file_bytes=1 << 20).snapshot("change") == rev2
+    _assert_no_secret(store)
 
 
 # --- run_meta.json ----------------------------------------------------------------------------

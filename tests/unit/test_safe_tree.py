@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,16 @@ from a2rl.store.base import Reader
 from a2rl.store.cas import hash_tree, snapshot_tree
 from a2rl.store.layout import RunLayout
 from a2rl.store.local import LocalStore
-from a2rl.store.safe_tree import CHANGED, HARD_LINK, LINK, SPECIAL, OpenTree, TreeRefusedError
+from a2rl.store.safe_tree import (
+    CHANGED,
+    HARD_LINK,
+    LINK,
+    SPARSE,
+    SPECIAL,
+    OpenTree,
+    TreeRefusedError,
+    hole_bytes,
+)
 
 LAYOUT = RunLayout.from_prefix("local/safe-0123456789ab")
 
@@ -98,16 +108,52 @@ def test_open_file_refuses_an_entry_swapped_after_the_scan(tmp_path: Path) -> No
         assert err3.value.refusal.kind == CHANGED
 
 
-def test_sparse_files_count_at_their_apparent_size(tmp_path: Path) -> None:
+def _truncate(path: Path, size: str) -> None:
+    subprocess.run(["truncate", "-s", size, str(path)], check=True)  # what an agent would type
+
+
+def test_sparse_files_are_refused_and_small_holes_pass(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "m")
+    _truncate(root / "weights.bin", "1G")
+    assert os.stat(root / "weights.bin").st_blocks * 512 < (1 << 20)  # really sparse
+    # A real file with a small hole (a 512 KiB gap before its last block) is recorded.
+    with (root / "small-gap.bin").open("wb") as f:
+        f.write(os.urandom(4096))
+        f.seek(512 << 10, os.SEEK_CUR)
+        f.write(os.urandom(4096))
+    with OpenTree.open(root, label="code") as tree:
+        tree.scan()
+        assert [f.rel for f in tree.files] == ["a.txt", "small-gap.bin", "sub/b.txt"]
+        [refusal] = tree.refused
+    assert refusal.path == "code/weights.bin" and refusal.kind == SPARSE
+    assert refusal.reason.startswith(f"is a sparse file ({1 << 30} bytes long,")
+    with OpenTree.open(root, label="output/v1") as tree, pytest.raises(TreeRefusedError) as err:
+        tree.scan(strict=True)
+    assert err.value.refusal.kind == SPARSE
+    with os.fdopen(os.open(root / "weights.bin", os.O_RDONLY), "rb") as f:
+        assert hole_bytes(f.fileno(), 1 << 30) >= (1 << 30) - (1 << 20)
+
+
+def test_dense_files_count_at_their_full_size(tmp_path: Path) -> None:
     root = tmp_path / "m"
     root.mkdir()
-    with (root / "sparse.bin").open("wb") as f:
-        f.truncate(64 << 20)
-    assert os.stat(root / "sparse.bin").st_blocks * 512 < (1 << 20)  # really sparse
+    (root / "weights.bin").write_bytes(os.urandom(2 << 20))
     with OpenTree.open(root) as tree, pytest.raises(ValueError, match="too big"):
         tree.scan(max_total_bytes=1 << 20, on_too_large=lambda n: ValueError(f"too big: {n}"))
-    with OpenTree.open(root) as tree:
-        assert [f.size for f in tree.scan().files] == [64 << 20]
+
+
+def test_a_file_made_sparse_after_the_scan_is_refused_when_read(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "code")
+    (root / "weights.bin").write_bytes(os.urandom(4096))
+    store = LocalStore(tmp_path / "store")
+    with OpenTree.open(root, label="") as tree:
+        tree.scan()
+        assert "weights.bin" in list(tree.iter_paths())
+        _truncate(root / "weights.bin", "1G")  # after the scan, before the read
+        manifest, stats = snapshot_tree(store, LAYOUT, tree, max_file_bytes=2 << 30)
+    assert [e.path for e in manifest.entries] == ["a.txt", "sub/b.txt"]
+    assert [(r.path, r.kind) for r in stats.refused] == [("weights.bin", SPARSE)]
+    assert sum(p.stat().st_size for p in (store.root / LAYOUT.blobs).rglob("*") if p.is_file()) < 1 << 20
 
 
 def test_lenient_snapshot_leaves_refused_entries_out_and_lists_them(tmp_path: Path) -> None:
