@@ -40,7 +40,7 @@ import kopf
 from a2rl_tasks import TASKS, get_task
 from pydantic import ValidationError
 
-from a2rl.api.benchrun import BenchRunStatus, ReportRef
+from a2rl.api.benchrun import BenchRunSpec, BenchRunStatus, ReportRef
 from a2rl.constants import (
     ANNOTATION_FORCE_FINALIZE,
     API_GROUP,
@@ -61,8 +61,9 @@ from a2rl.constants import (
 )
 from a2rl.records.report import ReportRecord
 from a2rl.store.layout import RunLayout
+from a2rl.store.scoped import report_user
 from a2rl.tracing.context import run_trace_annotation_patch
-from a2rl_operator import driver_usage, store_access
+from a2rl_operator import dns_pins, driver_usage, store_access
 from a2rl_operator import status as st
 from a2rl_operator.benchsubmission import resync_submissions
 from a2rl_operator.config import OperatorConfig
@@ -73,14 +74,14 @@ from a2rl_operator.grading import kube as gk
 from a2rl_operator.grading.config import GradingConfig
 from a2rl_operator.grading.store import RunStore
 from a2rl_operator.kube import Kube, NameConflictError, NamespaceTerminatingError, plain
-from a2rl_operator.manifests import children, parse_spec
+from a2rl_operator.manifests import parse_spec, workspace_children
 from a2rl_operator.manifests.common import workspace_name
 from a2rl_operator.manifests.gateway import GATEWAY_CONTAINER, has_gateway, new_gateway_token
 from a2rl_operator.manifests.grading_network import UrlPeerError, grading_network_policy, url_peer
-from a2rl_operator.manifests.job import AGENT_CONTAINER, RECORDER_CONTAINER
+from a2rl_operator.manifests.job import AGENT_CONTAINER, RECORDER_CONTAINER, workspace_job
 from a2rl_operator.manifests.network import GatewayError, parse_gateway
 from a2rl_operator.manifests.report_job import report_job, report_job_name
-from a2rl_operator.manifests.secret import store_uri
+from a2rl_operator.manifests.secret import report_store_secret, store_uri
 from a2rl_operator.retention import retain
 from a2rl_operator.run_tracing import now_ns, operator_tracing, record_root_span, record_run_span
 from a2rl_operator.status_writer import run_ref, write_status
@@ -91,6 +92,7 @@ CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_AGENT}
 REPORT_JOB_LABELS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_REPORT}
 RESYNC_S = 60.0
 RETENTION_RETRY_S = 5.0
+PIN_RETRY_S = 10.0
 
 
 # --- validation that the CRD schema cannot express -------------------------------------------
@@ -160,10 +162,21 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
     if access.credentials is not None:  # before the Secret: the finalizer must know to remove the user
         kube.patch_run(ns, name, {"metadata": {"annotations": store_access.store_user_annotation(access)}})
     created: list[str] = []
+    spec = parse_spec(body)
     try:
-        for manifest in children(body, config, access.credentials, new_gateway_token()):
+        for manifest in workspace_children(body, config, access.credentials, new_gateway_token()):
             if kube.ensure(manifest, meta["uid"]):
                 created.append(f"{manifest['kind']} {manifest['metadata']['name']}")
+        # The pod has no DNS: the names it uses are resolved now (the gateway Service exists).
+        try:
+            pins, notes = dns_pins.workspace_pins(body, spec, config, kube)
+        except dns_pins.PinError as exc:
+            raise kopf.TemporaryError(f"the workspace pod's names: {exc}", delay=PIN_RETRY_S) from exc
+        for note in notes:
+            logger.warning("BenchRun %s/%s: %s", ns, name, note)
+        job = workspace_job(body, spec, config, pins)
+        if kube.ensure(job, meta["uid"]):
+            created.append(f"Job {job['metadata']['name']}")
     except NameConflictError as exc:
         conflict = str(exc)
         write_status(kube, ns, name, lambda _c: st.rejection(st.R_NAME_CONFLICT, conflict))
@@ -259,7 +272,7 @@ def on_benchrun_delete(body: kopf.Body, meta: kopf.Meta, memo: Any, logger: Logg
         return
     try:
         where = retain(plain(body), config)
-        revoked = store_access.revoke(plain(body), config)  # the run's own store user goes with it
+        revoked = store_access.revoke(plain(body), config)  # the run's own store users go with it
     except Exception as exc:
         raise kopf.TemporaryError(
             st.one_line(
@@ -269,8 +282,8 @@ def on_benchrun_delete(body: kopf.Body, meta: kopf.Meta, memo: Any, logger: Logg
             delay=RETENTION_RETRY_S,
         ) from exc
     # Records in the object store are kept: they are never deleted with the BenchRun.
-    logger.info("BenchRun %s/%s deleted; final record %s; store user %s", meta.namespace, meta.name,
-                where or "not kept", f"{revoked} removed" if revoked else "none")  # fmt: skip
+    logger.info("BenchRun %s/%s deleted; final record %s; store users %s", meta.namespace, meta.name,
+                where or "not kept", f"{', '.join(revoked)} removed" if revoked else "none")  # fmt: skip
 
 
 # --- children -------------------------------------------------------------------------------
@@ -442,6 +455,12 @@ def advance(kube: Kube, config: OperatorConfig, namespace: str, name: str, *, lo
                 gk.ensure_grading_policy(kube, config, run, spec)
             except UrlPeerError:  # the report calls no judge: the policy without those URLs
                 kube.ensure(grading_network_policy(run, [], config), meta["uid"])
+            # Its own store keys: the run's records in, report/ out (never the operator's, where
+            # the store can scope them).
+            access = store_access.report_credentials(run, spec, config)
+            if access.credentials is None:
+                logger.warning("BenchRun %s/%s: %s", namespace, name, access.reason)
+            kube.ensure(report_store_secret(run, spec, config, access.credentials), meta["uid"])
             if kube.ensure(report_job(run, spec, uri, config.grading), meta["uid"]):
                 logger.info("BenchRun %s/%s: created report Job %s", namespace, name, job_name)
         except NamespaceTerminatingError:
@@ -449,6 +468,7 @@ def advance(kube: Kube, config: OperatorConfig, namespace: str, name: str, *, lo
             return gr.Step(gr.StepKind.NOTHING)
     elif step.kind in (gr.StepKind.FINISH, gr.StepKind.REPORT_FAILED):
         _archive_report_log(kube, store, namespace, job_name, logger)
+        _revoke_quietly(run, spec, config, report_user(meta["uid"]), logger)
         tracing = operator_tracing(uri)
         attrs: dict[str, str | int] = {"a2rl.step": step.kind.value}
         end_ns = now_ns()
@@ -465,6 +485,15 @@ def advance(kube: Kube, config: OperatorConfig, namespace: str, name: str, *, lo
     ref = gr.report_ref(report, store.report_uri()) if report is not None else None
     write_grading(kube, namespace, name, changes, ref)
     return step
+
+
+def _revoke_quietly(run: Body, spec: BenchRunSpec, config: OperatorConfig, user: str, logger: Logger) -> None:
+    """Remove a grading user whose pod has finished (best effort: the finalizer removes what is left)."""
+    try:
+        store_access.revoke_grading_user(run, spec, config, user)
+    except Exception as exc:
+        logger.warning("BenchRun %s/%s: store user %s not removed yet: %s",
+                       run["metadata"]["namespace"], run["metadata"]["name"], user, exc)  # fmt: skip
 
 
 def _archive_report_log(kube: Kube, store: RunStore, namespace: str, job_name: str, logger: Logger) -> None:

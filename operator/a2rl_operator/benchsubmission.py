@@ -51,8 +51,10 @@ from a2rl.protocols import EvalProtocol
 from a2rl.runs import parse_time
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
+from a2rl.store.scoped import eval_user
 from a2rl.tracing.spans import ATTR_SUBMISSION_INDEX
 from a2rl_operator import status as st
+from a2rl_operator import store_access
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.grading import decisions as gr
 from a2rl_operator.grading import kube as gk
@@ -61,7 +63,7 @@ from a2rl_operator.kube import Kube, NameConflictError, NamespaceTerminatingErro
 from a2rl_operator.manifests import parse_spec
 from a2rl_operator.manifests.eval_job import EvalTarget, eval_job, eval_job_name
 from a2rl_operator.manifests.grading_network import UrlPeerError, grading_policy_name
-from a2rl_operator.manifests.secret import store_uri
+from a2rl_operator.manifests.secret import eval_store_secret, store_uri
 from a2rl_operator.run_tracing import now_ns, operator_tracing, record_run_span
 from a2rl_operator.status_writer import write_status
 
@@ -201,7 +203,7 @@ def process_submission(kube: Kube, config: OperatorConfig, sub: Body, logger: Lo
     if job is None:
         _start(kube, config, ctx, logger)
     else:
-        _observe(kube, ctx, job, logger)
+        _observe(kube, config, ctx, job, logger)
 
 
 def _start(kube: Kube, config: OperatorConfig, ctx: _Context, logger: Logger) -> None:
@@ -236,9 +238,16 @@ def _start(kube: Kube, config: OperatorConfig, ctx: _Context, logger: Logger) ->
     manifest = eval_job(ctx.run, ctx.sub, ctx.run_spec, target, grading)
     started_ns = now_ns()
     try:
-        if gk.ensure_grading_policy(kube, config, ctx.run, ctx.run_spec):
+        if gk.ensure_grading_policy(kube, config, ctx.run, ctx.run_spec, logger):
             logger.info("BenchRun %s/%s: created NetworkPolicy %s", ns, ctx.spec.run_name,
                         grading_policy_name(ctx.run))  # fmt: skip
+        # The eval pod parses untrusted model files: keys of its own (this submission's snapshot in,
+        # its result out), never the operator's where the store can scope them.
+        access = store_access.eval_credentials(ctx.run, ctx.run_spec, config, ctx.spec.index)
+        if access.credentials is None:
+            logger.warning("BenchSubmission %s/%s: %s", ns, meta["name"], access.reason)
+        secret = eval_store_secret(ctx.run, ctx.run_spec, config, ctx.spec.index, access.credentials)
+        kube.ensure(secret, ctx.run["metadata"]["uid"])
         if kube.ensure(manifest, meta["uid"]):
             logger.info("BenchSubmission %s/%s: created eval Job %s", ns, meta["name"], ctx.job_name)
             attrs: dict[str, str | int] = {ATTR_SUBMISSION_INDEX: ctx.spec.index, "a2rl.job": ctx.job_name}
@@ -259,7 +268,7 @@ def _start(kube: Kube, config: OperatorConfig, ctx: _Context, logger: Logger) ->
     write(kube, ctx.sub, gr.evaluating(ctx.job_name))
 
 
-def _observe(kube: Kube, ctx: _Context, job: Body, logger: Logger) -> None:
+def _observe(kube: Kube, config: OperatorConfig, ctx: _Context, job: Body, logger: Logger) -> None:
     """The eval Job exists: wait for it, then copy its result into the status."""
     meta = ctx.sub["metadata"]
     ns = meta["namespace"]
@@ -271,6 +280,13 @@ def _observe(kube: Kube, ctx: _Context, job: Body, logger: Logger) -> None:
     if outcome is None:
         write(kube, ctx.sub, gr.evaluating(ctx.job_name))  # no write when already Evaluating
         return
+    try:  # the pod is done: its store user goes (the finalizer removes what is left)
+        store_access.revoke_grading_user(ctx.run, ctx.run_spec, config,
+                                         eval_user(ctx.run["metadata"]["uid"], ctx.spec.index))  # fmt: skip
+    except Exception as exc:
+        logger.warning(
+            "BenchSubmission %s/%s: its eval store user is not removed yet: %s", ns, meta["name"], exc
+        )
     detail, pod = _pod_detail(kube, ns, ctx.job_name)
     try:
         archive_eval_logs(kube, ctx.store, ns, ctx.spec.index, pod)

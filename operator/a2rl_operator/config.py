@@ -65,6 +65,9 @@ class OperatorConfig:
     #: A stack run's driver gateway pod (`a2rl gateway serve`, in the recorder image).
     gateway_cpu: str = "250m"
     gateway_memory: str = "512Mi"
+    #: The cluster's DNS domain: the workspace pod (which has no DNS) gets in-cluster Service names
+    #: pinned as `<svc>.<ns>`, `<svc>.<ns>.svc` and `<svc>.<ns>.svc.<cluster_domain>`.
+    cluster_domain: str = "cluster.local"
     #: Eval Jobs, the end of a run and the report Job (`A2RL_GRADER_IMAGE` …); default: grading off.
     grading: GradingConfig = field(default_factory=GradingConfig)
 

@@ -132,7 +132,26 @@ class Kube:
             )
         return False
 
+    def get_owned(self, manifest: Obj, owner_uid: str) -> Obj | None:
+        """The object `manifest` names when it exists and `owner_uid` owns it (not for Secrets)."""
+        meta = manifest["metadata"]
+        read = self._ops(manifest["kind"])[1]
+        assert read is not None, f"the operator does not read {manifest['kind']}s"
+        existing = none_if_missing(
+            lambda: _raw(read(meta["name"], meta["namespace"], _preload_content=False))
+        )
+        owners = ((existing or {}).get("metadata") or {}).get("ownerReferences") or []
+        return existing if any(o.get("uid") == owner_uid for o in owners) else None
+
     # --- reads ----------------------------------------------------------------------------
+
+    def service_cluster_ip(self, namespace: str, name: str) -> str | None:
+        """A Service's ClusterIP; None when it is missing or headless."""
+        svc = none_if_missing(
+            lambda: _raw(self.core.read_namespaced_service(name, namespace, _preload_content=False))
+        )
+        ip = ((svc or {}).get("spec") or {}).get("clusterIP")
+        return ip if ip and ip != "None" else None
 
     def get_custom(self, plural: str, namespace: str, name: str) -> Obj | None:
         """One of our custom objects (`plural` of the a2rl API group); None when it is gone."""

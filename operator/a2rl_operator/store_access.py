@@ -7,11 +7,21 @@ returns its keys; the BenchRun is annotated `a2rl.dev/store-user` so the finaliz
 remove the user (`revoke`). Where the store does not allow it (not S3, no admin API, the
 operator's keys lack admin rights, a run with its own `spec.store.secretRef`), the run gets the
 operator's keys as before and the reason is returned for a Warning Event.
+
+Grading pods parse untrusted model files: they get users of their own the same way, never the
+operator's keys where the store allows it (`heldout_credentials`: the eval pods' `fetch-heldout`;
+`eval_credentials`: one eval pod; `report_credentials`: the report pod). `revoke_grading_user`
+removes one when its pod has finished; the finalizer (`revoke`) removes all that remain.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from a2rl_tasks import get_task
+from a2rl_tasks.artifacts import heldout_key
 
 from a2rl.api.benchrun import BenchRunSpec
 from a2rl.constants import API_GROUP, ENV_S3_ACCESS_KEY, ENV_S3_ENDPOINT, ENV_S3_SECRET_KEY
@@ -20,7 +30,13 @@ from a2rl.store.scoped import (
     MinioScoper,
     RunCredentials,
     ScopeUnavailableError,
+    eval_policy,
+    eval_user,
+    heldout_policy,
+    heldout_user,
     parse_s3_uri,
+    report_policy,
+    report_user,
     run_policy,
     run_user,
 )
@@ -33,6 +49,8 @@ ANNOTATION_STORE_USER = f"{API_GROUP}/store-user"
 #: Events on the BenchRun when its Secret is created.
 R_SCOPED = "StoreCredentialsScoped"
 R_NOT_SCOPED = "StoreCredentialsNotScoped"
+#: (bucket, root, the run's layout) → the IAM policy of one grading user.
+PolicyFor = Callable[[str, str, RunLayout], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -63,12 +81,19 @@ def read_only_prefixes(spec: BenchRunSpec) -> tuple[str, ...]:
     return ("models", f"{store_prefix(task, spec.seed)}/{TRAIN}")
 
 
+def _not_scopable(spec: BenchRunSpec, config: OperatorConfig) -> str | None:
+    if spec.store.secret_ref is not None:
+        return "the run names its own store Secret (spec.store.secretRef)"
+    if not config.scoped_store_credentials:
+        return "per-run store credentials are off (--no-scoped-store-credentials)"
+    return None
+
+
 def run_credentials(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Access:
     """The run's own keys (user + policy created in the store), or why it gets the operator's."""
-    if spec.store.secret_ref is not None:
-        return Access(None, "the run names its own store Secret (spec.store.secretRef)")
-    if not config.scoped_store_credentials:
-        return Access(None, "per-run store credentials are off (--no-scoped-store-credentials)")
+    reason = _not_scopable(spec, config)
+    if reason is not None:
+        return Access(None, reason)
     uri = store_uri(spec, config)
     meta = body["metadata"]
     layout = RunLayout(meta["namespace"], meta["name"], meta["uid"])
@@ -81,17 +106,81 @@ def run_credentials(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> A
     return Access(creds, f"store user {creds.access_key}: read-write {layout.prefix}/ only")
 
 
+def heldout_prefix(spec: BenchRunSpec) -> str:
+    """The run's staged held-out artifact (relative to the store root)."""
+    return heldout_key(get_task(spec.task, protocol=spec.evaluation.protocol), spec.seed)
+
+
+def _grading_access(
+    body: Body, spec: BenchRunSpec, config: OperatorConfig, *, who: str, user: str, policy: PolicyFor
+) -> Access:
+    reason = _not_scopable(spec, config)
+    if reason is not None:
+        return Access(None, reason)
+    meta = body["metadata"]
+    layout = RunLayout(meta["namespace"], meta["name"], meta["uid"])
+    try:
+        bucket, root = parse_s3_uri(store_uri(spec, config) or "")
+        creds = _scoper(config).grant_user(user, policy(bucket, root, layout))
+    except ScopeUnavailableError as exc:
+        return Access(None, f"the {who} gets the operator's store keys: {exc}")
+    return Access(creds, f"store user {creds.access_key} for the {who}")
+
+
+def heldout_credentials(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Access:
+    """Keys that read the run's held-out artifact and nothing else (`fetch-heldout`)."""
+    key = heldout_prefix(spec)
+
+    def policy(bucket: str, root: str, _layout: RunLayout) -> dict[str, Any]:
+        return heldout_policy(bucket, root, key)
+
+    user = heldout_user(body["metadata"]["uid"])
+    return _grading_access(body, spec, config, who="held-out fetch", user=user, policy=policy)
+
+
+def eval_credentials(body: Body, spec: BenchRunSpec, config: OperatorConfig, index: int) -> Access:
+    """Keys of submission `index`'s eval pod: its snapshot in, its result out."""
+
+    def policy(bucket: str, root: str, layout: RunLayout) -> dict[str, Any]:
+        return eval_policy(bucket, root, layout, index)
+
+    user = eval_user(body["metadata"]["uid"], index)
+    return _grading_access(
+        body, spec, config, who=f"eval pod of submission {index}", user=user, policy=policy
+    )
+
+
+def report_credentials(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Access:
+    """Keys of the report pod: the run's records in, `report/` out."""
+    user = report_user(body["metadata"]["uid"])
+    return _grading_access(body, spec, config, who="report pod", user=user, policy=report_policy)
+
+
+def revoke_grading_user(body: Body, spec: BenchRunSpec, config: OperatorConfig, user: str) -> bool:
+    """Remove one grading user whose pod has finished; False when the run's keys are not scoped.
+    Raises ScopeUnavailableError when the store refuses."""
+    if _not_scopable(spec, config) is not None or not _is_scoped(body):
+        return False
+    _scoper(config).revoke_user(user)
+    return True
+
+
+def _is_scoped(body: Body) -> bool:
+    annotations = body["metadata"].get("annotations") or {}
+    return annotations.get(ANNOTATION_STORE_USER) == run_user(body["metadata"]["uid"])
+
+
 def store_user_annotation(access: Access) -> dict[str, str]:
     return {ANNOTATION_STORE_USER: access.credentials.access_key} if access.credentials is not None else {}
 
 
-def revoke(body: Body, config: OperatorConfig) -> str | None:
-    """Remove the run's store user and policy when the operator created them (its annotation);
-    returns the user removed. Raises ScopeUnavailableError when the store refuses (retried)."""
-    annotations = body["metadata"].get("annotations") or {}
-    user = annotations.get(ANNOTATION_STORE_USER)
+def revoke(body: Body, config: OperatorConfig) -> list[str]:
+    """Remove the run's store user and policy and every grading user still there when the operator
+    created them (its annotation: the store scopes keys); returns the users removed. Raises
+    ScopeUnavailableError when the store refuses (retried)."""
+    if not _is_scoped(body):
+        return []
     uid = body["metadata"]["uid"]
-    if not user or user != run_user(uid):
-        return None
-    _scoper(config).revoke(uid)
-    return user
+    scoper = _scoper(config)
+    scoper.revoke(uid)
+    return [run_user(uid), *scoper.revoke_grading(uid)]

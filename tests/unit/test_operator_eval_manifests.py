@@ -147,10 +147,11 @@ def test_eval_pod_is_restricted_with_its_own_resources_gpu_and_no_token() -> Non
     assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
     assert pod["restartPolicy"] == "Never"
     by_name = containers(job)
+    secrets = {"fetch-heldout": "demo-grading-store", "eval": "demo-eval-00002-store"}  # each its own keys
     for c in by_name.values():
         assert c["securityContext"]["readOnlyRootFilesystem"] is True
         assert c["image"] == GRADING.grader_image
-        assert {"secretRef": {"name": "demo-grading-store"}} in c["envFrom"]
+        assert c["envFrom"] == [{"secretRef": {"name": secrets[c["name"]]}}]
     ev = by_name["eval"]
     want = {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "60Gi", "nvidia.com/gpu": "1"}
     assert ev["resources"] == {"requests": want, "limits": want}
@@ -203,10 +204,12 @@ def test_heldout_and_judge_key_are_mounted_only_in_the_eval_pod() -> None:
 
 def test_run_with_its_own_store_secret_passes_it_to_eval_and_report() -> None:
     run = benchrun(store={"uri": "s3://mine/x", "secretRef": "my-keys"})
+    secrets = {"fetch-heldout": "demo-grading-store", "eval": "demo-eval-00002-store",
+               "report": "demo-report-store"}  # fmt: skip
     for c in [*containers(build(run)).values(), report_job(run, parse_spec(run), "s3://mine/x", GRADING)
               ["spec"]["template"]["spec"]["containers"][0]]:  # fmt: skip
         assert c["envFrom"] == [
-            {"secretRef": {"name": "demo-grading-store"}},
+            {"secretRef": {"name": secrets[c["name"]]}},
             {"secretRef": {"name": "my-keys"}},
         ]
 

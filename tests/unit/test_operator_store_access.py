@@ -86,7 +86,7 @@ def test_no_scoping_for_a_runs_own_secret_or_when_off() -> None:
 
 def test_the_finalizer_removes_only_the_user_the_operator_created() -> None:
     """No annotation, or one naming another user: nothing to remove (and no store call)."""
-    assert revoke(benchrun(), CONFIG) is None
+    assert revoke(benchrun(), CONFIG) == []
     forged = benchrun()
     forged["metadata"]["annotations"] = {ANNOTATION_STORE_USER: "someone-else"}
-    assert revoke(forged, CONFIG) is None
+    assert revoke(forged, CONFIG) == []

@@ -25,6 +25,7 @@ from a2rl.constants import (
     BENCHSUBMISSION_PLURAL,
 )
 from a2rl_operator import status as st
+from a2rl_operator import store_access
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.kube import Kube
 from a2rl_operator.manifests.grading_network import endpoint_urls, grading_network_policy
@@ -125,11 +126,24 @@ def post_event(obj: Obj, type_: str, reason: str, message: str) -> None:
     kopf.event(cast(Any, submission_ref(obj)), type=type_, reason=reason, message=st.one_line(message))
 
 
-def ensure_grading_policy(kube: Kube, config: OperatorConfig, run: Obj, spec: BenchRunSpec) -> bool:
+def ensure_grading_policy(
+    kube: Kube, config: OperatorConfig, run: Obj, spec: BenchRunSpec, logger: Any = None
+) -> bool:
     """Get-or-create the run's grading Secret and NetworkPolicy (before any of its eval or report pods).
-    Raises UrlPeerError when a service URL the task's evaluation calls cannot be allowed."""
+    Raises UrlPeerError when a service URL the task's evaluation calls cannot be allowed.
 
-    # The eval and report pods' store keys (the operator's: they read the held-out artifact).
-    kube.ensure(grading_store_secret(run, spec, config), run["metadata"]["uid"])
+    The Secret is the `fetch-heldout` init container's: keys that read the run's held-out artifact
+    only (`store_access.heldout_credentials`), created before the policy, so an existing policy
+    means the Secret exists too and the store is not asked again."""
+    uid = run["metadata"]["uid"]
     urls = endpoint_urls(task_class(spec.task).endpoint_env, config.grading.run_eval_env(spec))
-    return kube.ensure(grading_network_policy(run, urls, config), run["metadata"]["uid"])
+    policy = grading_network_policy(run, urls, config)
+    if kube.get_owned(policy, uid) is not None:
+        return False
+    if not config.grading.heldout_pvc:  # held-out data on a volume: nothing is fetched
+        access = store_access.heldout_credentials(run, spec, config)
+        if access.credentials is None and logger is not None:
+            logger.warning("BenchRun %s/%s: %s", run["metadata"]["namespace"], run["metadata"]["name"],
+                           access.reason)  # fmt: skip
+        kube.ensure(grading_store_secret(run, spec, config, access.credentials), uid)
+    return kube.ensure(policy, uid)

@@ -3,11 +3,14 @@
 What only this pod gets: the held-out data (fetched from the store by an init container, `a2rl
 eval fetch-heldout`, into an emptyDir; or a read-only PVC), the judge credentials
 (`spec.evaluation.judgeSecretRef`) and the judge's endpoint and model (`spec.evaluation.judge`,
-else the operator's `A2RL_JUDGE_*`). It gets the store credentials (the run's store Secret) to
-read the snapshot and write `result.json`; no ServiceAccount token; the restricted security
-context with a read-only root filesystem (scratch space is an emptyDir at /tmp). Its resources,
-GPUs included, come from `spec.evaluation`. The command is the local dispatcher's (`a2rl eval
-submission …`), which never enables `trust_remote_code` and never reaches a model hub.
+else the operator's `A2RL_JUDGE_*`). Store credentials of its own, never the operator's where the
+store can scope them (`manifests.secret`): the init container the run's held-out reader's
+(`<run>-grading-store`), the eval container, which parses the untrusted model files, its
+submission's (`<run>-eval-<index>-store`: read the snapshot, write `result.json`); no
+ServiceAccount token; the restricted security context with a read-only root filesystem (scratch
+space is an emptyDir at /tmp). Its resources, GPUs included, come from `spec.evaluation`. The
+command is the local dispatcher's (`a2rl eval submission …`), which never enables
+`trust_remote_code` and never reaches a model hub.
 
 The BenchSubmission is the controller owner: the Job goes with the submission (and the
 submission with its BenchRun).
@@ -40,7 +43,7 @@ from a2rl_operator.manifests.common import (
     restricted_security_context,
     run_labels,
 )
-from a2rl_operator.manifests.secret import grading_store_env_from
+from a2rl_operator.manifests.secret import eval_store_env_from, grading_store_env_from
 
 EVAL_CONTAINER = "eval"
 FETCH_CONTAINER = "fetch-heldout"
@@ -189,7 +192,7 @@ def eval_container(run: Body, spec: BenchRunSpec, target: EvalTarget, grading: G
         "image": grading.grader_image,
         "command": eval_command(run, spec, target),
         "env": eval_env(spec, grading) + pod_trace_env(run["metadata"].get("annotations")),
-        "envFrom": grading_store_env_from(run, spec),
+        "envFrom": eval_store_env_from(run, spec, target.index),
         "resources": eval_resources(spec),
         "securityContext": hardened_security_context(),
         "volumeMounts": [heldout_mount(target, grading), {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}],

@@ -11,10 +11,15 @@ its own `terminationGracePeriodSeconds` = `graceSeconds` (SIGTERM, SIGKILL after
 every process of the container goes with its PID namespace) — while the pod's termination grace
 period covers the grace and the recorder's drain, so the last code revision and the spool reach
 the store. Every container and emptyDir has an ephemeral-storage bound.
+
+Names: the pod has no DNS server (`manifests.dns`): the store, gateway and LLM gateway names its
+containers use are pinned in its `/etc/hosts` (`hostAliases`) with the addresses the operator
+resolved; every other name fails, so DNS is no tunnel out of the pod.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from a2rl.api.benchrun import BenchRunSpec
@@ -46,6 +51,7 @@ from a2rl_operator.manifests.common import (
     run_labels,
     workspace_name,
 )
+from a2rl_operator.manifests.dns import HostPin, pod_dns
 from a2rl_operator.manifests.gateway import has_gateway, stack_command, stack_env
 from a2rl_operator.manifests.rbac import runner_name
 from a2rl_operator.manifests.secret import store_env_from
@@ -293,7 +299,10 @@ def active_deadline_seconds(spec: BenchRunSpec, config: OperatorConfig) -> int:
     )
 
 
-def workspace_job(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Manifest:
+def workspace_job(
+    body: Body, spec: BenchRunSpec, config: OperatorConfig, pins: Sequence[HostPin] = ()
+) -> Manifest:
+    """`pins`: the names the pod's containers resolve (`manifests.dns`): it has no DNS server."""
     meta = object_meta(body, workspace_job_name(body), COMPONENT_AGENT)
     pod_labels = run_labels(body, COMPONENT_AGENT)
     if spec.queue_name:
@@ -315,6 +324,7 @@ def workspace_job(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Man
             {"name": SETUP_SCRATCH_VOLUME, "emptyDir": {"sizeLimit": _gi(config.setup_scratch_gi)}},
         ],
     }
+    pod_spec.update(pod_dns(pins))
     if spec.runtime_class_name:
         pod_spec["runtimeClassName"] = spec.runtime_class_name
     template_meta: Manifest = {"labels": pod_labels}

@@ -1,8 +1,10 @@
-"""The run's NetworkPolicy: no ingress; egress only to DNS, the store, the API server, the LLM
-gateway (`spec.llmGateway`) and, for a stack run, its own driver gateway pod (`manifests.gateway`).
+"""The run's NetworkPolicy: no ingress; egress only to the store, the API server, the LLM gateway
+(`spec.llmGateway`) and, for a stack run, its own driver gateway pod (`manifests.gateway`).
 
 The policy selects the workspace pod; its containers share one network namespace, so the
 agent and the recorder have the same egress (the agent has no API token and no store keys).
+No DNS: recursive DNS reaches every name server in the world; the pod's names are pinned in its
+`/etc/hosts` instead (`manifests.dns`). `DNS_RULE` is for the gateway and grading pods.
 """
 
 from __future__ import annotations
@@ -86,8 +88,7 @@ def network_policy(
 ) -> Manifest:
     """Raises GatewayError when `gateway` is not expressible (the run is then not accepted).
     `driver_gateway`: the rule to the run's own driver gateway pod (a stack run), added last."""
-    egress = [DNS_RULE]
-    egress += [ip_rule(e) for e in config.store_egress]
+    egress = [ip_rule(e) for e in config.store_egress]
     egress += [ip_rule(e) for e in config.apiserver_egress]
     if gateway:
         egress.append(gateway_rule(parse_gateway(gateway)))

@@ -3,7 +3,8 @@
 Runs once, when the workspace Job has finished and in-flight evaluations are done (or the wait
 for them timed out). It reads run.json, the submissions, results and revisions from the store
 and writes `report/{report.json,report.md,report.html,trajectory.png}`. No held-out data, no
-judge credentials, no ServiceAccount token; the store Secret; restricted security context with
+judge credentials, no ServiceAccount token; its own store Secret (`<run>-report-store`: the run's
+records in, `report/` out, where the store can scope keys); restricted security context with
 a read-only root filesystem. Owned by the BenchRun.
 """
 
@@ -30,7 +31,7 @@ from a2rl_operator.manifests.eval_job import (
     SCRATCH_VOLUME,
     hardened_security_context,
 )
-from a2rl_operator.manifests.secret import grading_store_env_from
+from a2rl_operator.manifests.secret import report_store_env_from
 
 REPORT_CONTAINER = "report"
 SUFFIX_REPORT = "report"
@@ -62,7 +63,7 @@ def report_job(run: Body, spec: BenchRunSpec, store_uri: str, grading: GradingCo
         "command": report_command(run, store_uri),
         "env": [{"name": k, "value": v} for k, v in {**OFFLINE_ENV, **SCRATCH_ENV}.items()]
         + pod_trace_env(run["metadata"].get("annotations")),
-        "envFrom": grading_store_env_from(run, spec),
+        "envFrom": report_store_env_from(run, spec),
         "resources": guaranteed(amounts),
         "securityContext": hardened_security_context(),
         "volumeMounts": [{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}],

@@ -1,0 +1,74 @@
+"""What the workspace pod's names resolve to, looked up by the operator when it builds the pod
+(`manifests.dns`: the pod itself has no DNS).
+
+- the object store's host (`AWS_ENDPOINT_URL` of the operator, which the run's Secret carries):
+  the operator's own resolver (in a cluster: the cluster's DNS, so a Service name or an external
+  host alike), every address it returns;
+- the run's driver gateway Service (a stack run): its ClusterIP, read from the API server (the
+  operator created it just before);
+- `spec.llmGateway` naming an in-cluster Service: its ClusterIP (a missing or headless Service is
+  not pinned: the agent cannot resolve it, and the reason is returned).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+
+from a2rl.api.benchrun import BenchRunSpec
+from a2rl.constants import ENV_S3_ENDPOINT
+from a2rl.errors import A2rlError
+from a2rl_operator.config import OperatorConfig
+from a2rl_operator.kube import Kube
+from a2rl_operator.manifests.common import Body
+from a2rl_operator.manifests.dns import HostPin, endpoint_host, llm_gateway_service, service_hostnames
+from a2rl_operator.manifests.gateway import gateway_name, has_gateway
+
+Resolver = Callable[[str], list[str]]
+
+
+class PinError(A2rlError):
+    """A name the workspace pod needs cannot be resolved now (the reconcile is retried)."""
+
+
+def system_resolver(host: str) -> list[str]:
+    """Every address the operator's resolver gives `host` (in its order, without repeats)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise PinError(f"cannot resolve the store host {host!r}: {exc}") from None
+    out: list[str] = []
+    for info in infos:
+        ip = str(info[4][0]).split("%")[0]
+        if ip not in out:
+            out.append(ip)
+    return out
+
+
+def workspace_pins(
+    body: Body, spec: BenchRunSpec, config: OperatorConfig, kube: Kube, resolve: Resolver = system_resolver
+) -> tuple[list[HostPin], list[str]]:
+    """(the pins of the workspace pod, notes on names left unpinned). Raises PinError when the
+    store host or the run's own gateway Service cannot be resolved."""
+    pins: list[HostPin] = []
+    notes: list[str] = []
+    host = endpoint_host(config.store_credentials.get(ENV_S3_ENDPOINT, ""))
+    if host is not None:
+        addresses = resolve(host)
+        if not addresses:
+            raise PinError(f"the store host {host!r} has no address")
+        pins += [HostPin(ip, (host,)) for ip in addresses]
+    namespace = body["metadata"]["namespace"]
+    if has_gateway(spec):
+        ip = kube.service_cluster_ip(namespace, gateway_name(body))
+        if ip is None:
+            raise PinError(f"the run's gateway Service {namespace}/{gateway_name(body)} has no ClusterIP")
+        pins.append(HostPin(ip, service_hostnames(gateway_name(body), namespace, config.cluster_domain)))
+    service = llm_gateway_service(spec.llm_gateway)
+    if service is not None:
+        ip = kube.service_cluster_ip(service[1], service[0])
+        if ip is None:
+            notes.append(f"spec.llmGateway: Service {service[1]}/{service[0]} has no ClusterIP: not pinned")
+        else:
+            pins.append(HostPin(ip, service_hostnames(*service, config.cluster_domain)))
+    return pins, notes
