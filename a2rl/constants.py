@@ -132,6 +132,11 @@ ENV_CODE_POLL_INTERVAL: Final = "A2RL_CODE_POLL_INTERVAL"  # s between looks at 
 ENV_CODE_DEBOUNCE: Final = "A2RL_CODE_DEBOUNCE"  # s code/ must stay unchanged before a revision
 ENV_CODE_MAX_FILE_BYTES: Final = "A2RL_CODE_MAX_FILE_BYTES"  # larger files in code/ are not snapshotted
 ENV_EVAL_TIMEOUT: Final = "A2RL_EVAL_TIMEOUT"  # s one local eval process may run
+# limits of one eval process tree (a2rl.eval_sandbox; docs/local-mode.md "The evaluation sandbox")
+ENV_EVAL_MEMORY_BYTES: Final = "A2RL_EVAL_MEMORY_BYTES"  # RAM of one eval (default 3/4 of the machine's)
+ENV_EVAL_MAX_PROCESSES: Final = "A2RL_EVAL_MAX_PROCESSES"  # tasks/threads of one eval (default 4096)
+ENV_EVAL_SANDBOX: Final = "A2RL_EVAL_SANDBOX"  # auto (bubblewrap when usable) | bwrap (required) | none
+ENV_EVAL_MAX_PARAMETERS: Final = "A2RL_EVAL_MAX_PARAMETERS"  # parameter bound (default: from the base model)
 
 # --- LLM judge and search tool of judge-based tasks (evaluation only; never in the agent pod) ---
 ENV_JUDGE_BASE_URL: Final = "A2RL_JUDGE_BASE_URL"  # OpenAI-compatible API root, e.g. https://host/v1

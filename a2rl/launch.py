@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -38,16 +38,21 @@ def start_a2rl(
     stderr: int | IO[bytes] | None = subprocess.STDOUT,
     python: str | None = None,
     stdin: int = subprocess.DEVNULL,
+    wrapper: Sequence[str] = (),
+    preexec_fn: Callable[[], None] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start `a2rl ARGS…` in its own session (so its own process group), stdin closed unless
-    `stdin` is `subprocess.PIPE` (how a secret reaches a child: never its environment)."""
+    `stdin` is `subprocess.PIPE` (how a secret reaches a child: never its environment).
+    `wrapper`: a command line the a2rl command is appended to (a sandbox, `a2rl.eval_sandbox`);
+    `preexec_fn`: run in the child before exec (joining a cgroup, `a2rl.limits`)."""
     return subprocess.Popen(
-        a2rl_argv(*args, python=python),
+        [*wrapper, *a2rl_argv(*args, python=python)],
         env=dict(os.environ if env is None else env),
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
         start_new_session=True,
+        preexec_fn=preexec_fn,  # noqa: PLW1509  # a2rl.limits' preexec: raw system calls only
     )
 
 
@@ -98,6 +103,8 @@ def run_a2rl(
     log_path: Path | None = None,
     timeout_s: float | None = None,
     python: str | None = None,
+    wrapper: Sequence[str] = (),
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Finished:
     """Run `a2rl ARGS…` to completion; stderr is appended to `log_path` (else captured).
 
@@ -109,7 +116,15 @@ def run_a2rl(
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log = stack.enter_context(log_path.open("ab"))
-        proc = start_a2rl(args, env=env, stdout=subprocess.PIPE, stderr=log, python=python)
+        proc = start_a2rl(
+            args,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            python=python,
+            wrapper=wrapper,
+            preexec_fn=preexec_fn,
+        )
         try:
             out, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:

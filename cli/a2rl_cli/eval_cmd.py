@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +30,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = esub.add_parser("submission", help="evaluate submission N of a run from its stored snapshot")
     _common(s)
     s.add_argument("--index", type=int, required=True, help="submission index (1, 2, …)")
+    s.add_argument(
+        "--max-parameters",
+        type=int,
+        default=None,
+        help="refuse a submission estimated above this many parameters before loading it (default: "
+        "$A2RL_EVAL_MAX_PARAMETERS, else max(4x the base model, the base model + 1B))",
+    )
     s.set_defaults(func=_submission)
 
     b = esub.add_parser("baseline", help="score the base model (cached) and record it as submission 0")
@@ -78,8 +86,31 @@ def _setup(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     task = get_task(args.task, protocol=chosen_protocol(args))
     store = open_store(args.store)
     layout = RunLayout.from_prefix(args.run_prefix)
-    options = EvalOptions(backend=args.backend, limit=args.limit, batch_size=args.batch_size)
+    options = EvalOptions(
+        backend=args.backend,
+        limit=args.limit,
+        batch_size=args.batch_size,
+        max_parameters=_max_parameters(args),
+    )
     return task, store, layout, options
+
+
+def _max_parameters(args: argparse.Namespace) -> int | None:
+    from a2rl.constants import ENV_EVAL_MAX_PARAMETERS
+    from a2rl.errors import A2rlError
+
+    value = getattr(args, "max_parameters", None)
+    raw = os.environ.get(ENV_EVAL_MAX_PARAMETERS, "").strip()
+    if value is None and raw:
+        try:
+            value = int(float(raw))
+        except ValueError:
+            raise A2rlError(
+                f"{ENV_EVAL_MAX_PARAMETERS} must be a number of parameters, got {raw!r}"
+            ) from None
+    if value is not None and value < 1:
+        raise A2rlError("the parameter bound must be at least 1")
+    return value
 
 
 @contextlib.contextmanager

@@ -129,6 +129,7 @@ def evaluate_baseline(
         layout.submission_manifest(BASELINE_INDEX),
         baseline_submission_manifest(TreeRecord.of(tree), digest, base_name or model_dir.name),
     )
+    _store_config(store, layout, tree, model_dir)
     entry = read_record(store, key, BaselineEntry) if store.exists(key) else None
     problem: str | None = None
     if entry is not None and cache_mac_key is not None and not entry.verified(cache_mac_key, key):
@@ -149,3 +150,11 @@ def evaluate_baseline(
             write_record(store, key, fresh if cache_mac_key is None else fresh.signed(cache_mac_key, key))
     write_result(store, layout, BASELINE_INDEX, result, details)
     return result
+
+
+def _store_config(store: ObjectStore, layout: RunLayout, tree: TreeManifest, model_dir: Path) -> None:
+    """The base model's config.json blob: each submission's evaluation derives its parameter
+    bound from it (`a2rl_grader.evaluate.derive_bound`)."""
+    entry = next((e for e in tree.entries if e.path == "config.json"), None)
+    if entry is not None and not store.exists(layout.blob(entry.sha256)):
+        store.put_file(layout.blob(entry.sha256), model_dir / "config.json")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -20,8 +21,9 @@ from typing import Any
 
 from a2rl_tasks.base import EvalResult, Task
 
+from a2rl.constants import BASELINE_INDEX
 from a2rl.errors import A2rlError, NotFoundError
-from a2rl.records.base import load_record, write_record
+from a2rl.records.base import load_record, read_record, write_record
 from a2rl.records.result import ResultRecord
 from a2rl.records.submission import SubmissionManifest
 from a2rl.records.times import utc_now
@@ -29,6 +31,14 @@ from a2rl.store.base import ObjectStore
 from a2rl.store.cas import restore_tree
 from a2rl.store.layout import RunLayout
 from a2rl.tracing import span
+from a2rl_grader.bound import (
+    MAX_CONFIG_BYTES,
+    OPAQUE_WEIGHT_SUFFIXES,
+    ParameterBound,
+    SubmissionRefusedError,
+    base_parameters,
+    check_parameter_bound,
+)
 
 MAX_ERROR_CHARS = 2000
 
@@ -38,6 +48,9 @@ class EvalOptions:
     backend: str = "auto"
     limit: int | None = None
     batch_size: int | None = None
+    #: Submissions estimated above this many parameters are refused before loading (None: the
+    #: bound derived from the run's base model, `derive_bound`).
+    max_parameters: int | None = None
 
 
 def _short(exc: BaseException) -> str:
@@ -161,12 +174,75 @@ def evaluate_submission(
             fields.started_at = started_at
             details: list[dict[str, Any]] = []
         else:
-            fields, details = evaluate_model_dir(task, model_dir, heldout_dir, options)
+            refusal = _refusal(model_dir, options.max_parameters, store, layout)
+            if refusal is not None:  # before torch is even imported: nothing is allocated
+                fields, details = _refused_fields(task, options, refusal), []
+                fields.started_at = started_at
+            else:
+                fields, details = evaluate_model_dir(task, model_dir, heldout_dir, options)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     result = fields.model_copy(update={"index": index, "model_digest": model_digest})
     write_result(store, layout, index, result, details)
     return result
+
+
+def derive_bound(store: ObjectStore, layout: RunLayout) -> ParameterBound | None:
+    """The run's parameter bound, from its base model (submission 0): its config.json blob when
+    stored (`evaluate_baseline` stores it; the cluster's set-up stores every file), else the size
+    of its weight files. None when the run has no submission 0."""
+    manifest = read_record(store, layout.submission_manifest(BASELINE_INDEX), SubmissionManifest)
+    if manifest is None or manifest.model is None:
+        return None
+    files = manifest.model.files
+    weight_bytes = sum(f.size for f in files if f.path.endswith((".safetensors", *OPAQUE_WEIGHT_SUFFIXES)))
+    config: dict[str, Any] = {}
+    entry = next((f for f in files if f.path == "config.json"), None)
+    if entry is not None and entry.size <= MAX_CONFIG_BYTES and store.exists(layout.blob(entry.sha256)):
+        try:
+            loaded = json.loads(store.get_bytes(layout.blob(entry.sha256)))
+        except ValueError:
+            loaded = None
+        config = loaded if isinstance(loaded, dict) else {}
+    return ParameterBound(base_parameters(config, weight_bytes))
+
+
+def _refusal(
+    model_dir: Path, max_parameters: int | None, store: ObjectStore, layout: RunLayout
+) -> str | None:
+    """The one-line reason to refuse the submission in `model_dir` before loading it, if any."""
+    bound = (
+        ParameterBound.fixed(max_parameters, "set for this evaluation")
+        if max_parameters is not None
+        else derive_bound(store, layout)
+    )
+    if bound is None:
+        print("no base model recorded (submission 0): no parameter bound", file=sys.stderr)
+        return None
+    try:
+        estimate = check_parameter_bound(model_dir, bound)
+    except SubmissionRefusedError as exc:
+        return str(exc)
+    print(f"parameters: ~{estimate.total} estimated, bound {bound.limit}", file=sys.stderr)
+    return None
+
+
+def _refused_fields(task: Task, options: EvalOptions, reason: str) -> ResultRecord:
+    # no backend resolution: "auto" would import torch to look for a GPU
+    now = utc_now()
+    return ResultRecord(
+        task=task.name,
+        score=None,
+        error=reason,
+        evaluator_version=task.evaluator_version,
+        backend=options.backend,
+        n=0,
+        correct=0,
+        metrics={},
+        started_at=now,
+        finished_at=now,
+        duration_s=0.0,
+    )
 
 
 def _error_fields(task: Task, options: EvalOptions, error: str) -> ResultRecord:

@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from a2rl_grader.report import write_report
+from a2rl_grader.sandbox import baseline_box
 from a2rl_tasks import TASKS, get_task
 from a2rl_tasks.staging import stage_cached
 
@@ -40,6 +41,7 @@ from a2rl.constants import (
 )
 from a2rl.contracts import env as envs
 from a2rl.errors import A2rlError
+from a2rl.eval_sandbox import eval_timeout_s
 from a2rl.integrity import new_key
 from a2rl.launch import run_a2rl
 from a2rl.models.resolve import resolve_base_model
@@ -305,7 +307,15 @@ def _baseline(prep: _Prepared, say: Callable[[str], None]) -> ResultRecord:
         args += ["--limit", str(spec.evaluation.limit)]
     say("[a2rl] scoring the base model (submission 0; cached across runs)")
     log = prep.logs_dir / "baseline.log"
-    done = run_a2rl(args, log_path=log, env={**envs.eval_environ(spec), **current_trace_env()})
+    with baseline_box(task=prep.task_name, store_uri=prep.store.uri, run_prefix=prep.layout.prefix) as box:
+        done = run_a2rl(
+            args,
+            log_path=log,
+            env={**envs.eval_environ(spec), **current_trace_env(), **box.env},
+            wrapper=box.prefix,
+            preexec_fn=box.preexec,
+            timeout_s=eval_timeout_s(),
+        )
     code, out = done.returncode, done.stdout
     if code != 0:
         detail = last_line(log)

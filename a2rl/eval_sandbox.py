@@ -1,0 +1,284 @@
+"""The sandbox of one evaluation process (`a2rl eval submission|baseline`), local mode.
+
+The eval process parses files the agent wrote (config, tokenizer, weights) and runs the model,
+so it gets a box of its own, built here for both of its launchers (the recorder's
+`LocalDispatcher` and the runner's baseline):
+
+- **limits** (`a2rl.limits`): memory ``A2RL_EVAL_MEMORY_BYTES`` (default 3/4 of the machine's RAM,
+  so an evaluation can never take the recorder and the runner down with it), processes
+  ``A2RL_EVAL_MAX_PROCESSES`` (default 4096), by cgroup where we may create one, else rlimits;
+- **bubblewrap** (``A2RL_EVAL_SANDBOX``: ``auto`` — the default — when bubblewrap works here,
+  ``bwrap`` to require it, ``none``): its own user (no capabilities), PID, IPC, UTS and network
+  namespaces — a loopback interface only, unless the evaluation itself needs the network (a
+  task with a judge or search endpoint, or a store that is not a local directory) — and a
+  read-only view of the host's file system: writable are only a scratch directory
+  (``TMPDIR``, the caches), the directories the caller names and, of a local store, the keys it
+  names (the run's prefix; everything else in the store is bound back read-only); secrets the
+  evaluation does not need (the machine keys) are hidden;
+  ``/dev`` is a fresh one (GPU nodes passed through), ``/dev/shm`` a size-capped tmpfs.
+
+Time is the caller's: it kills the process group after its timeout, and `close()` kills what
+is left in the cgroup (a process that left the group) before removing it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from a2rl.constants import (
+    ENV_BWRAP,
+    ENV_EVAL_MAX_PROCESSES,
+    ENV_EVAL_MEMORY_BYTES,
+    ENV_EVAL_SANDBOX,
+    ENV_EVAL_TIMEOUT,
+)
+from a2rl.errors import A2rlError
+from a2rl.limits import EXCEEDED_MEMORY, EXCEEDED_PROCESSES, Containment, Limits, LimitUsage, contain
+
+DEFAULT_MAX_PROCESSES = 4096
+#: s one eval process may run (``A2RL_EVAL_TIMEOUT``; the recorder's default is the same).
+DEFAULT_EVAL_TIMEOUT_S = 7200.0
+DEFAULT_MEMORY_FRACTION = 0.75
+SANDBOX_MODES = ("auto", "bwrap", "none")
+#: GPU device nodes passed through when present (NVIDIA, DRM render nodes).
+GPU_DEVICE_GLOBS = ("nvidia*", "nvidia-caps", "dri")
+#: Namespaces and privileges of the eval sandbox (the network is added unless shared). Nested
+#: user namespaces stay allowed: HumanEval's code sandbox makes one (`a2rl_tasks.sandbox`).
+BWRAP_FLAGS = (
+    "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+    "--cap-drop", "ALL", "--die-with-parent", "--hostname", "a2rl-eval",
+)  # fmt: skip
+#: The eval process's uid and gid inside (mapped to the launcher's own). Not 0: a task's code
+#: sandbox then isolates generated programs with an unprivileged user namespace of its own.
+SANDBOX_UID = 1000
+
+
+def physical_memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _positive(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(float(raw))
+    except ValueError:
+        raise A2rlError(f"{name} must be a positive number, got {raw!r}") from None
+    if value < 1:
+        raise A2rlError(f"{name} must be a positive number, got {raw!r}")
+    return value
+
+
+def eval_limits(env: Mapping[str, str] | None = None) -> Limits:
+    env = os.environ if env is None else env
+    default_memory = int(physical_memory_bytes() * DEFAULT_MEMORY_FRACTION)
+    return Limits(
+        memory_bytes=_positive(env, ENV_EVAL_MEMORY_BYTES, default_memory),
+        max_processes=_positive(env, ENV_EVAL_MAX_PROCESSES, DEFAULT_MAX_PROCESSES),
+    )
+
+
+def eval_timeout_s(env: Mapping[str, str] | None = None) -> float:
+    env = os.environ if env is None else env
+    return float(_positive(env, ENV_EVAL_TIMEOUT, int(DEFAULT_EVAL_TIMEOUT_S)))
+
+
+def local_store_dir(store_uri: str) -> Path | None:
+    """The directory of a local store URI (a path or file:///dir); None for a remote store."""
+    parts = urlsplit(store_uri)
+    if parts.scheme == "":
+        return Path(store_uri).absolute()
+    if parts.scheme == "file" and parts.netloc in ("", "localhost"):
+        return Path(unquote(parts.path))
+    return None
+
+
+@lru_cache(maxsize=4)
+def _bwrap_works(path: str) -> bool:
+    try:
+        probe = subprocess.run(
+            [path, *BWRAP_FLAGS, "--unshare-net", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+             "--", "true"],
+            check=False, capture_output=True, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def find_bwrap(env: Mapping[str, str] | None = None) -> str | None:
+    """bubblewrap (``$A2RL_BWRAP`` or on PATH) when it can build the eval sandbox here."""
+    env = os.environ if env is None else env
+    path = env.get(ENV_BWRAP) or shutil.which("bwrap", path=env.get("PATH"))
+    return path if path and _bwrap_works(path) else None
+
+
+def gpu_devices(dev: str = "/dev") -> tuple[Path, ...]:
+    return tuple(sorted(Path(p) for pattern in GPU_DEVICE_GLOBS for p in glob.glob(f"{dev}/{pattern}")))
+
+
+def store_binds(root: Path, writable: Sequence[str]) -> list[str]:
+    """bubblewrap arguments that make a local store writable only at `writable` (keys relative to
+    `root`, e.g. the run's prefix): the root is bound writable (the store checks it can write
+    there), then every entry that is not on the way to a writable key is bound back read-only."""
+    argv = ["--bind", str(root), str(root)]
+    wanted = [tuple(Path(key).parts) for key in writable]
+
+    def walk(directory: Path, depth: int) -> None:
+        try:
+            entries = sorted(os.listdir(directory))
+        except OSError:
+            return
+        for entry in entries:
+            on_path = [w for w in wanted if len(w) > depth and w[depth] == entry]
+            path = directory / entry
+            if any(len(w) == depth + 1 for w in on_path):
+                continue  # a writable key itself
+            if on_path and path.is_dir() and not path.is_symlink():
+                walk(path, depth + 1)
+            else:
+                argv.extend(["--ro-bind", str(path), str(path)])
+
+    walk(root, 0)
+    return argv
+
+
+def eval_bwrap_argv(
+    bwrap: str,
+    *,
+    writable: Sequence[Path],
+    share_net: bool,
+    shm_bytes: int,
+    devices: Sequence[Path] = (),
+    store: Sequence[str] = (),
+    hidden: Sequence[Path] = (),
+) -> list[str]:
+    """bubblewrap's part of the command line (ends with ``--``; the eval command follows).
+    `store`: `store_binds` arguments; `hidden`: directories replaced by an empty tmpfs."""
+    argv = [bwrap, *BWRAP_FLAGS, "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    argv += ["--share-net" if share_net else "--unshare-net", "--ro-bind", "/", "/"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(shm_bytes), "--tmpfs", "/dev/shm"]
+    for device in devices:
+        argv += ["--dev-bind-try", str(device), str(device)]
+    for path in writable:
+        argv += ["--bind", str(path), str(path)]
+    argv += store
+    for path in hidden:
+        argv += ["--tmpfs", str(path)]
+    return [*argv, "--"]
+
+
+def scratch_env(scratch: Path) -> dict[str, str]:
+    """Writable places for what caches under $HOME or /tmp (both are read-only inside)."""
+    return {
+        "TMPDIR": str(scratch),
+        "XDG_CACHE_HOME": str(scratch / ".cache"),
+        "TRITON_CACHE_DIR": str(scratch / ".triton"),
+        "MPLCONFIGDIR": str(scratch / ".matplotlib"),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+class EvalBox:
+    """One eval process's sandbox: its containment, its bubblewrap prefix and environment.
+
+    ``with EvalBox("eval-00003", writable=[store_dir], network=False) as box:`` then start
+    ``[*box.prefix, *argv]`` with ``env={**env, **box.env}`` and ``preexec_fn=box.preexec``;
+    afterwards `problem()` says which limit ended it, if one did.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        writable: Sequence[Path] = (),
+        store_root: Path | None = None,
+        store_writable: Sequence[str] = (),
+        hidden: Sequence[Path] = (),
+        network: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """`writable`: directories writable inside (made when missing); `store_root` and
+        `store_writable`: a local store, writable only under those keys; `hidden`: directories
+        shown empty (secrets the evaluation does not need)."""
+        env = os.environ if env is None else env
+        mode = env.get(ENV_EVAL_SANDBOX, "auto").strip() or "auto"
+        if mode not in SANDBOX_MODES:
+            raise A2rlError(f"{ENV_EVAL_SANDBOX} must be one of {', '.join(SANDBOX_MODES)}, got {mode!r}")
+        self.limits = eval_limits(env)
+        bwrap = None if mode == "none" else find_bwrap(env)
+        if mode == "bwrap" and bwrap is None:
+            raise A2rlError(
+                f"{ENV_EVAL_SANDBOX}=bwrap but bubblewrap is missing or cannot create namespaces here"
+            )
+        self.scratch = Path(tempfile.mkdtemp(prefix="a2rl-eval-scratch-"))
+        self.containment: Containment = contain(name, self.limits)
+        self.env = scratch_env(self.scratch)
+        self.sandboxed = bwrap is not None
+        self.network = network or bwrap is None
+        if bwrap is None:
+            self.prefix: list[str] = []
+        else:
+            for path in writable:
+                path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            store: list[str] = []
+            if store_root is not None:
+                for key in store_writable:
+                    (store_root / key).mkdir(parents=True, exist_ok=True)
+                store = store_binds(store_root, store_writable)
+            assert self.limits.memory_bytes is not None
+            self.prefix = eval_bwrap_argv(
+                bwrap,
+                writable=[self.scratch, *writable],
+                share_net=network,
+                shm_bytes=max(self.limits.memory_bytes // 4, 64 << 20),
+                devices=gpu_devices(),
+                store=store,
+                hidden=[p for p in hidden if p.is_dir()],
+            )
+
+    @property
+    def preexec(self) -> Callable[[], None]:
+        """For Popen's ``preexec_fn``: joins the cgroup and/or sets the rlimits."""
+        return self.containment.preexec
+
+    def describe(self) -> str:
+        """One line for the eval log: what contains this evaluation."""
+        where = (
+            "bubblewrap"
+            if self.sandboxed
+            else "no sandbox (bubblewrap unavailable or A2RL_EVAL_SANDBOX=none)"
+        )
+        net = "network shared" if self.network else "loopback only"
+        return f"eval sandbox: {where}, {net}; limits: {self.containment.describe()}"
+
+    def usage(self) -> LimitUsage:
+        return self.containment.usage()
+
+    def problem(self) -> str | None:
+        """One line when a limit ended the evaluation (the OOM killer, the process limit)."""
+        hit = self.containment.exceeded()
+        if hit == EXCEEDED_MEMORY and self.limits.memory_bytes is not None:
+            return f"evaluation exceeded its memory limit ({self.limits.memory_bytes / 2**30:.1f} GiB)"
+        if hit == EXCEEDED_PROCESSES:
+            return f"evaluation reached its process limit ({self.limits.max_processes} tasks)"
+        return None
+
+    def close(self) -> None:
+        self.containment.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def __enter__(self) -> EvalBox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
