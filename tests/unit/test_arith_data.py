@@ -73,7 +73,8 @@ def test_stage_cached_once_and_atomic(tmp_path: Path, monkeypatch: pytest.Monkey
     first = stage_cached("arith", seed=0)
     # <data version>-seed<seed>-h<tag of this machine's held-out secret> (a2rl_tasks.staging)
     assert first.train_dir.parent.parent == tmp_path / "data" / "arith"
-    assert first.train_dir.parent.name.startswith("2-seed0-h") and first.train_dir.name == "train"
+    version = get_task("arith").data_version
+    assert first.train_dir.parent.name.startswith(f"{version}-seed0-h") and first.train_dir.name == "train"
     train_file = first.train_dir / "train.jsonl"
     mtime = train_file.stat().st_mtime_ns
     second = stage_cached(get_task("arith"), seed=0)

@@ -14,14 +14,18 @@ import os
 import re
 import stat
 import subprocess
+from math import prod
 from pathlib import Path
 
 import pytest
 from a2rl_tasks import get_task
+from a2rl_tasks.alfworld import catalog, generator
+from a2rl_tasks.arith import data as arith
 from a2rl_tasks.arith.data import generate
 from a2rl_tasks.common.jsonl import read_jsonl
 from a2rl_tasks.staging import cached_dir, heldout_seed, stage_cached
 from a2rl_tasks.webshop import data as webshop_data
+from a2rl_tasks.webshop.sim.catalogue import Product, load_catalogue, load_goals
 
 from a2rl.launch import a2rl_argv
 from a2rl.local_keys import HELDOUT_SEED_KEY, keys_dir
@@ -109,8 +113,11 @@ def test_data_stage_cli_takes_a_secret_file(cache_dir: Path, tmp_path: Path) -> 
 def test_webshop_builtin_heldout_goals_follow_the_secret_seed() -> None:
     public = webshop_data.builtin_shop(SEED)
     secret = webshop_data.builtin_shop(SEED, heldout_seed=123456789)
-    assert public.products == secret.products  # the catalogue and the product split are public
-    assert {g.asin for g in public.heldout_goals} <= {p.asin for p in public.products}
+    # The agent's catalogue, the product split and the training goals are public (no secret in them).
+    assert public.products == secret.products and public.train_goals == secret.train_goals
+    # The held-out targets are in the evaluator's catalogue only.
+    assert {g.asin for g in secret.heldout_goals} <= {p.asin for p in secret.eval_products}
+    assert not {g.asin for g in secret.heldout_goals} & {p.asin for p in secret.products}
     assert [g.instruction for g in public.heldout_goals] != [g.instruction for g in secret.heldout_goals]
     held_public = {g.instruction for g in public.heldout_goals}
     assert len(held_public & {g.instruction for g in secret.heldout_goals}) < len(held_public) // 2
@@ -124,9 +131,9 @@ def _file_digests(root: Path) -> dict[str, str]:
     }
 
 
-# webshop's train goals drop instructions that a held-out goal has (`data.finish_split`), so its
-# train split is the same everywhere only up to those.
-@pytest.mark.parametrize(("task_name", "same_train"), [("arith", True), ("webshop", False)])
+# The train split is the public seed's alone (webshop redraws a held-out goal that would repeat a
+# training instruction instead of dropping the training goal).
+@pytest.mark.parametrize(("task_name", "same_train"), [("arith", True), ("webshop", True)])
 def test_two_machines_stage_different_heldout_sets(
     task_name: str, same_train: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -144,3 +151,87 @@ def test_two_machines_stage_different_heldout_sets(
         assert _file_digests(a.train_dir) == _file_digests(b.train_dir)
     assert _file_digests(a.heldout_dir).keys() == _file_digests(b.heldout_dir).keys()
     assert _file_digests(a.heldout_dir) != _file_digests(b.heldout_dir)
+
+
+# --- held-out sets that public code cannot enumerate ------------------------------------------
+#
+# The attack (issue 17): every secret `arith` held-out item lay in a 1,000-content reserve that the
+# agent computed from the public code and SEED, so it could train on the whole reserve. Each test
+# below runs what the agent can run — the public generators with SEED, the default held-out seed
+# and guessed ones, and enumerations the size of that old reserve and more — and measures how
+# much of the real held-out set (staged with the secret) it covers.
+
+#: Held-out seeds an agent would try: the public default (SEED) and small integers.
+GUESSED_SEEDS = (SEED, *range(1, 20), 42, 1234, 2**31 - 1)
+
+
+def test_arith_heldout_cannot_be_enumerated_from_public_code_and_seed(cache_dir: Path) -> None:
+    staged = stage_cached("arith", seed=SEED)
+    real = {(r["a"], r["op"], r["b"]) for r in read_jsonl(staged.heldout_dir / "heldout.jsonl")}
+    assert len(real) == arith.N_HELDOUT
+    train = arith.train_contents(SEED)  # the agent's own train split, regenerated
+    computed: set[tuple[int, str, int]] = set()
+    for guess in GUESSED_SEEDS:
+        computed |= {(c.a, c.op, c.b) for c in arith.heldout_contents(guess, train)}
+    # Every question of the old task's whole space (two numbers below 100): 15,050 contents.
+    computed |= {(a, "+", b) for a in range(100) for b in range(100)}
+    computed |= {(a, "-", b) for a in range(100) for b in range(a + 1)}
+    covered = len(real & computed)
+    # K computed contents cover about K / space of the held-out set (here ~1.7 %): negligible.
+    assert covered <= 0.05 * len(real), (covered, len(computed))
+    assert arith.space_size() >= 2_000 * arith.N_HELDOUT
+    # The held-out contents follow the train distribution: half per operation, operands over the
+    # whole range (not a corner of it an agent could enumerate).
+    ops = [c[1] for c in real]
+    assert ops.count("+") == ops.count("-") == arith.N_HELDOUT // 2
+    assert sum(max(c[0], c[2]) >= 100 for c in real) >= 0.9 * len(real)
+
+
+def test_webshop_heldout_targets_cannot_be_enumerated_from_public_code_and_seed(cache_dir: Path) -> None:
+    staged = stage_cached("webshop", seed=SEED)
+    real = load_goals(staged.heldout_dir / "goals.jsonl")
+    agent_catalogue = load_catalogue(staged.train_dir / "catalogue.json")
+    eval_catalogue = {p.asin: p for p in load_catalogue(staged.heldout_dir / "catalogue.json")}
+    targets = [eval_catalogue[g.asin] for g in real]
+    # What the agent can compute: its catalogue (every goal the generator writes — ~10,000 for the
+    # reserved products alone — targets one of these), and the shop under guessed held-out seeds.
+    computed = list(agent_catalogue)
+    for guess in GUESSED_SEEDS:
+        computed += webshop_data.builtin_shop(SEED, heldout_seed=guess).eval_products
+
+    def content(p: Product) -> tuple[str, float, tuple[str, ...]]:
+        return p.title, p.price, tuple(p.attributes)
+
+    assert not {p.asin for p in targets} & {p.asin for p in computed}
+    assert not {content(p) for p in targets} & {content(p) for p in computed}
+    # Same shop size for the evaluator, the reserved products replaced by the secret targets.
+    assert len(eval_catalogue) == len(agent_catalogue)
+
+
+def test_alfworld_unseen_rooms_cannot_be_enumerated_from_public_code_and_seed() -> None:
+    secret_seed = heldout_seed(get_task("alfworld"), SEED, bytes.fromhex("5e" * 32))
+    assert secret_seed is not None
+    for room in catalog.ROOM_RECEPTACLES:
+        real = {s.signature for s in generator.unseen_scenes(room, secret_seed)}
+        seen = {s.signature for s in generator.train_scenes(room)}
+        assert len(real) == generator.UNSEEN_SCENES and not real & seen
+        # The agent's guesses: the public default pool and the pools of the guessed seeds.
+        computed = {s.signature for s in generator.unseen_scenes(room)}
+        for guess in GUESSED_SEEDS[:5]:
+            computed |= {s.signature for s in generator.unseen_scenes(room, guess)}
+        assert len(real & computed) <= 2, room
+        layouts = prod(hi - lo + 1 for lo, hi in catalog.ROOM_RECEPTACLES[room].values())
+        assert layouts >= 200 * generator.UNSEEN_SCENES
+    # A held-out game drawn with the secret is played in one of the secret's unseen rooms.
+    game = generator.generate_game(
+        generator.game_key(secret_seed, "heldout", "pick_and_place_simple", 0), "pick_and_place_simple",
+        "heldout", secret_seed,
+    )  # fmt: skip
+    assert game.scene in generator.unseen_scenes(game.scene.room, secret_seed)
+
+
+def test_tasks_without_generated_heldout_sets_take_them_from_their_source() -> None:
+    # deepsearchqa and alpacaeval have no built-in data: their held-out rows come from the source
+    # (the published benchmark), never from code or the workspace, and no held-out seed is used.
+    for name in ("deepsearchqa", "alpacaeval", "gsm8k", "humaneval"):
+        assert not get_task(name).secret_heldout and heldout_seed(get_task(name), SEED) is None

@@ -125,15 +125,15 @@ def _trajectory_row(traj: Any) -> dict[str, Any]:
     }
 
 
-def _play_generated(job: tuple[str, str, str, str]) -> dict[str, Any] | None:
+def _play_generated(job: tuple[str, str, str, str, int | None]) -> dict[str, Any] | None:
     """Generate the game for `key`, reset it, let the expert play it; None when it loses."""
     import tempfile
 
     # lazy: TextWorld, only when games are built or played
     from a2rl_tasks.alfworld.expert import ExpertError, TaskParams, search_expert
 
-    key, task_type, split, scratch = job
-    spec = generator.generate_game(key, task_type, split)
+    key, task_type, split, scratch, scene_seed = job
+    spec = generator.generate_game(key, task_type, split, scene_seed)
     with tempfile.TemporaryDirectory(dir=scratch) as tmp:
         path = generator.write_game(spec, Path(tmp))
         params = TaskParams.from_traj_data(generator.traj_data(spec))
@@ -192,11 +192,13 @@ def generate_split(
 ) -> list[dict[str, Any]]:
     """Games of `split` (expert-winnable within 50 steps), `counts[task type]` of each, ordered
     so that every prefix of the list mixes the task types. A key whose game the expert cannot
-    win is skipped for the next one, so the result depends only on (seed, split, counts)."""
+    win is skipped for the next one, so the result depends only on (seed, split, counts).
+    Held-out games are played in the unseen rooms drawn from `seed` (`generator.unseen_scenes`)."""
+    scene_seed = seed if split == "heldout" else None
     got: dict[str, list[dict[str, Any]]] = {tt: [] for tt in catalog.TASK_TYPES}
     next_index = dict.fromkeys(catalog.TASK_TYPES, 0)
     while any(len(got[tt]) < counts.get(tt, 0) for tt in catalog.TASK_TYPES):
-        jobs: list[tuple[str, str, str, str]] = []
+        jobs: list[tuple[str, str, str, str, int | None]] = []
         for tt in catalog.TASK_TYPES:
             need = counts.get(tt, 0) - len(got[tt])
             if need <= 0:
@@ -204,7 +206,9 @@ def generate_split(
             if next_index[tt] > 20 * counts[tt] + 50:
                 raise A2rlError(f"could not generate {counts[tt]} winnable {tt} games")
             keys = range(next_index[tt], next_index[tt] + need)
-            jobs += [(generator.game_key(seed, split, tt, i), tt, split, str(scratch)) for i in keys]
+            jobs += [
+                (generator.game_key(seed, split, tt, i), tt, split, str(scratch), scene_seed) for i in keys
+            ]
             next_index[tt] += need
         for job, res in zip(jobs, _map(_play_generated, jobs, executor), strict=True):
             if res is not None:

@@ -11,7 +11,9 @@ task and the object placement from `random.Random(key)`, and a scene (a room wit
 receptacles) is a function of its scene number. Train and held-out games use disjoint keys
 (`"<seed>:train:<type>:<i>"` vs `"<seed>:heldout:<type>:<i>"`) *and* disjoint scenes: held-out games are
 played in "unseen" rooms whose receptacle layout occurs in no train scene, like ALFWorld's
-`valid_unseen` split.
+`valid_unseen` split. Staged held-out games draw their unseen rooms from the held-out seed too
+(`scene_seed`, a secret: `a2rl_tasks.staging`), so public code cannot compute them: without it,
+an agent could generate unlimited training games in exactly the held-out rooms.
 """
 
 from __future__ import annotations
@@ -124,8 +126,9 @@ class Scene:
         return {r.type for r in self.receptacles}
 
 
-def _draw_scene(room: str, number: int, attempt: int) -> Scene:
-    rng = random.Random(f"{GENERATOR_VERSION}:scene:{number}:{attempt}")
+def _draw_scene(room: str, number: int, attempt: int, scene_seed: int | None = None) -> Scene:
+    salt = "" if scene_seed is None else f"unseen-{scene_seed}:"
+    rng = random.Random(f"{GENERATOR_VERSION}:scene:{salt}{number}:{attempt}")
     ids = _Ids(rng)
     receptacles: list[Receptacle] = []
     for rtype, (lo, hi) in catalog.ROOM_RECEPTACLES[room].items():
@@ -141,27 +144,29 @@ def train_scenes(room: str) -> tuple[Scene, ...]:
 
 
 @cache
-def unseen_scenes(room: str) -> tuple[Scene, ...]:
-    """Held-out rooms: redrawn until their layout differs from every train scene's."""
+def unseen_scenes(room: str, scene_seed: int | None = None) -> tuple[Scene, ...]:
+    """Held-out rooms: redrawn until their layout differs from every train scene's (and from
+    each other's). With `scene_seed` (the held-out seed) they are drawn from it."""
     seen = {s.signature for s in train_scenes(room)}
     out: list[Scene] = []
     base = SCENE_BASE[room] + TRAIN_SCENES
     for k in range(1, UNSEEN_SCENES + 1):
         attempt = 0
-        scene = _draw_scene(room, base + k, attempt)
+        scene = _draw_scene(room, base + k, attempt, scene_seed)
         while scene.signature in seen:
             attempt += 1
-            scene = _draw_scene(room, base + k, attempt)
+            scene = _draw_scene(room, base + k, attempt, scene_seed)
         seen.add(scene.signature)
         out.append(scene)
     return tuple(out)
 
 
-def scenes_for(split: str, room: str) -> tuple[Scene, ...]:
-    """Train and in-context-example games use the seen scenes; held-out games the unseen ones."""
+def scenes_for(split: str, room: str, scene_seed: int | None = None) -> tuple[Scene, ...]:
+    """Train and in-context-example games use the seen scenes; held-out games the unseen ones
+    (of `scene_seed`)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}")
-    return unseen_scenes(room) if split == "heldout" else train_scenes(room)
+    return unseen_scenes(room, scene_seed) if split == "heldout" else train_scenes(room)
 
 
 # --- games ----------------------------------------------------------------------------------
@@ -253,14 +258,15 @@ def _goal_text(rng: random.Random, task_type: str, obj: str, parent: str, toggle
     )
 
 
-def generate_game(key: str, task_type: str, split: str) -> GameSpec:
-    """The game drawn from `key` for `task_type` in a scene of `split`'s scene pool."""
+def generate_game(key: str, task_type: str, split: str, scene_seed: int | None = None) -> GameSpec:
+    """The game drawn from `key` for `task_type` in a scene of `split`'s scene pool (held-out:
+    the unseen rooms of `scene_seed`)."""
     if task_type not in catalog.TASK_TYPES:
         raise ValueError(f"unknown ALFWorld task type {task_type!r}")
     rng = random.Random(f"{GENERATOR_VERSION}:game:{key}")
     for _ in range(100):
         room = rng.choice(catalog.ROOMS_FOR_TASK[task_type])
-        scene = rng.choice(scenes_for(split, room))
+        scene = rng.choice(scenes_for(split, room, scene_seed))
         try:
             obj, parent, toggle = _choose_task(rng, task_type, scene)
         except NoTaskError:

@@ -69,7 +69,7 @@ class ALFWorldTask(Task):
     name = "alfworld"
     level = "L3"
     metric = "success rate (%)"
-    data_version = "2"
+    data_version = "3"  # 3: generated held-out games' unseen rooms come from the secret seed
     #: `reference` stages the raw train games only (no index, SFT trajectories or examples).
     protocol_data = True
     secret_heldout = True  # generated games (the official release's split is its own)

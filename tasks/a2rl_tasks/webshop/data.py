@@ -4,9 +4,14 @@ agent and held-out goals for evaluation.
 The **goals** are what is held out, as in WebShop (its catalogue is shared by all goals). Our
 split is stricter than WebShop's: held-out goals are written for *target products* that no
 training goal targets (30 % of the products, chosen by the seed), and a training goal whose
-instruction equals a held-out one (normalised) is dropped. The reference evaluated on goals
-0-99 that its agent could also roll out on; ours are disjoint by construction and checked by
-content at staging.
+instruction equals a held-out one (normalised) is dropped. In the built-in shop the held-out
+targets are moreover secret: each of those 30 % is replaced, in the evaluator's catalogue only,
+by a new product of the same family drawn from the held-out seed (a secret, `a2rl_tasks.staging`),
+so the agent's catalogue, code and seed cannot enumerate the held-out goals (without this, the
+~10,000 goals the generator can write for the public reserved products would hold them all), and
+a held-out goal that would repeat a training instruction is drawn again (the training goals never
+depend on the secret). The reference evaluated on goals 0-99 that its agent could also roll out
+on; ours are disjoint by construction and checked by content at staging.
 
 Artifacts:
 
@@ -14,7 +19,8 @@ Artifacts:
   product, attributes, options and price bound), `trajectories.jsonl` (one expert demonstration
   per training goal, reward 1.0 each), `webshop_sim/` (the environment's and the prompt
   builder's source, the same code the evaluator runs);
-- `heldout/`: `catalogue.json`, `goals.jsonl` (the held-out goals), `env.json`
+- `heldout/`: `catalogue.json` (built-in shop: the agent's, with the reserved products replaced by
+  the secret held-out targets), `goals.jsonl` (the held-out goals), `env.json`
   (`{"kind": "sim", "max_steps": 50}`).
 """
 
@@ -57,9 +63,16 @@ EXPERT_MAX_STEPS = 20
 
 @dataclass(frozen=True)
 class Shop:
+    #: The agent's catalogue.
     products: list[Product]
     train_goals: list[Goal]
     heldout_goals: list[Goal]
+    #: The evaluator's catalogue, when it differs from the agent's (the built-in shop).
+    heldout_products: list[Product] | None = None
+
+    @property
+    def eval_products(self) -> list[Product]:
+        return self.products if self.heldout_products is None else self.heldout_products
 
 
 def split_products(asins: list[str], seed: int, fraction: float = HELDOUT_PRODUCT_FRACTION) -> set[str]:
@@ -89,30 +102,50 @@ def finish_split(
 def builtin_shop(
     seed: int, per_family: int = 12, n_heldout: int = N_HELDOUT, heldout_seed: int | None = None
 ) -> Shop:
-    """The catalogue, the product split and the training goals come from `seed`; the held-out
-    goals from `heldout_seed` (default `seed`; staging passes one derived from a secret)."""
+    """The agent's catalogue, the product split and the training goals come from `seed`; the
+    held-out target products (replacing the reserved ones in the evaluator's catalogue) and goals
+    from `heldout_seed` (default `seed`; staging passes one derived from a secret)."""
     products = generate.catalogue(seed, per_family)
     held_asins = split_products([p.asin for p in products], seed)
     held_seed = seed if heldout_seed is None else heldout_seed
+    secret = generate.secret_products(
+        held_seed, [p for p in products if p.asin in held_asins], {p.asin for p in products}
+    )
+    eval_products = [secret.get(p.asin, p) for p in products]
     train_rng = random.Random(f"webshop-goals-{seed}")
     held_rng = random.Random(f"webshop-heldout-goals-{held_seed}")
-    train: list[Goal] = []
-    heldout: list[Goal] = []
-    for p in products:
-        held = p.asin in held_asins
-        want = HELDOUT_GOALS_PER_PRODUCT if held else TRAIN_GOALS_PER_PRODUCT
-        rng = held_rng if held else train_rng
-        seen: set[str] = set()
-        for _ in range(want * 4):
-            g = generate.goal_for(rng, p, "")
-            if normalise(g.instruction) not in seen:
-                seen.add(normalise(g.instruction))
-                (heldout if held else train).append(g)
-            if len(seen) == want:
-                break
+    train = [
+        g for p in products if p.asin not in held_asins for g in _goals(train_rng, p, TRAIN_GOALS_PER_PRODUCT)
+    ]
+    # A held-out goal never repeats a training instruction: it is drawn again, so the public
+    # training goals never depend on the secret (dropping a training goal would reveal its text).
+    train_texts = frozenset(normalise(g.instruction) for g in train)
+    heldout = [
+        g
+        for p in products
+        if p.asin in held_asins
+        for g in _goals(held_rng, secret[p.asin], HELDOUT_GOALS_PER_PRODUCT, train_texts)
+    ]
     random.Random(f"webshop-order-{held_seed}").shuffle(heldout)
     train_goals, heldout_goals = finish_split(train, heldout, n_heldout)
-    return Shop(products, train_goals, heldout_goals)
+    return Shop(products, train_goals, heldout_goals, eval_products)
+
+
+def _goals(
+    rng: random.Random, product: Product, want: int, taken: frozenset[str] = frozenset()
+) -> list[Goal]:
+    """Up to `want` goals for `product` with distinct instructions, none of them in `taken`."""
+    seen: set[str] = set()
+    out: list[Goal] = []
+    for _ in range(want * 4):
+        g = generate.goal_for(rng, product, "")
+        text = normalise(g.instruction)
+        if text not in seen and text not in taken:
+            seen.add(text)
+            out.append(g)
+        if len(out) == want:
+            break
+    return out
 
 
 def directory_shop(path: Path, seed: int, n_heldout: int = N_HELDOUT) -> Shop:
@@ -186,7 +219,7 @@ def write_shop(train_dir: Path, heldout_dir: Path, shop: Shop, *, reference: boo
             for i in range(len(shop.train_goals)):
                 f.write(json.dumps(expert_trajectory(env, i), ensure_ascii=False, sort_keys=True) + "\n")
     copy_sim_source(train_dir / SIM_DIR, "reference.py" if reference else "prompting.py")
-    save_catalogue(heldout_dir / CATALOGUE_FILE, shop.products)
+    save_catalogue(heldout_dir / CATALOGUE_FILE, shop.eval_products)
     save_goals(heldout_dir / GOALS_FILE, shop.heldout_goals)
     (heldout_dir / ENV_FILE).write_text(json.dumps({"kind": "sim", "max_steps": MAX_STEPS}) + "\n")
 

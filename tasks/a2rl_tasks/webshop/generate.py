@@ -172,6 +172,19 @@ def catalogue(seed: int = 0, per_family: int = 12) -> list[Product]:
     return [_product(rng, fam, _asin(rng, taken)) for fam in FAMILIES for _ in range(per_family)]
 
 
+def secret_products(seed: int, reserved: list[Product], taken: set[str]) -> dict[str, Product]:
+    """A new product of the same family for each of `reserved` (by its asin), drawn from `seed`
+    with an asin not in `taken`: the built-in shop's held-out targets, which no public catalogue
+    holds (`a2rl_tasks.webshop.data.builtin_shop`)."""
+    rng = random.Random(f"webshop-heldout-products-{seed}")
+    taken = set(taken)
+    out: dict[str, Product] = {}
+    for p in reserved:
+        fam = next(f for f in FAMILIES if (f.query, f.category) == (p.query, p.product_category))
+        out[p.asin] = _product(rng, fam, _asin(rng, taken))
+    return out
+
+
 def _kind(product: Product) -> str:
     # The title is "<Brand> <Attr> <Kind> - …": the kind is what the family lists.
     for fam in FAMILIES:

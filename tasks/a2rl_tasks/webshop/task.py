@@ -101,7 +101,7 @@ class WebShopTask(Task):
     name = "webshop"
     level = "L3"
     metric = "success rate (%)"
-    data_version = "2"
+    data_version = "3"  # 3: the built-in shop's held-out targets are secret products
     #: `reference` gives the agent no expert trajectories and the reference's prompt builder.
     protocol_data = True
     secret_heldout = True  # the built-in shop's held-out goals
