@@ -15,10 +15,10 @@ Grading pods parse untrusted model files, so they get users of their own too (`g
 
 - `<prefix>h`, the run's held-out reader (`heldout_policy`): read and list the run's staged
   held-out artifact only (the eval pods' `fetch-heldout` init container);
-- `<prefix><index:05d>`, one per eval pod (`eval_policy`): read submission `<index>`'s folder and
-  the run's blobs (the snapshot to restore), write only that submission's `result.json` and
-  `details.jsonl` and the eval's own span files; no held-out artifact, no other submission's
-  result, no `seal.json`, no other run;
+- `<prefix><index:05d>`, one per eval pod (`eval_policy`): read submission `<index>`'s folder,
+  the run's blobs (the snapshot to restore) and the base model's manifest (the parameter bound),
+  write only that submission's `result.json` and `details.jsonl` and the eval's own span files;
+  no held-out artifact, no other submission's result, no `seal.json`, no other run;
 - `<prefix>r`, the report pod (`report_policy`): read the run's prefix, write only `report/`,
   `traces.jsonl` and the report's span files.
 
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from a2rl.constants import COMPONENT_EVAL, COMPONENT_REPORT
+from a2rl.constants import BASELINE_INDEX, COMPONENT_EVAL, COMPONENT_REPORT
 from a2rl.errors import A2rlError
 from a2rl.store.layout import RunLayout
 
@@ -206,9 +206,12 @@ def eval_policy(bucket: str, root: str, layout: RunLayout, index: int) -> dict[s
     """One eval pod: submission `index`'s manifest and the run's blobs in; its result out."""
     own = _join(root, layout.prefix)
     sub = _join(root, layout.submission_dir(index))
+    # The base model's manifest (submission 0): the evaluator derives the run's parameter bound
+    # from it before it loads the submitted model.
+    base = _join(root, layout.submission_manifest(BASELINE_INDEX))
     return scoped_policy(
         bucket,
-        read=[f"{sub}/*", f"{own}/blobs/*"],
+        read=[f"{sub}/*", f"{own}/blobs/*", base],
         write=[
             _join(root, layout.submission_result(index)),
             _join(root, layout.submission_details(index)),

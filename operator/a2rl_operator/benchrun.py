@@ -164,17 +164,22 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
     created: list[str] = []
     spec = parse_spec(body)
     try:
+        # The pod has no DNS: the names it uses are resolved here, the store's before anything is
+        # created, the gateway Service's once it exists.
+        try:
+            pins = dns_pins.store_pins(config)
+        except dns_pins.PinError as exc:
+            raise kopf.TemporaryError(f"the workspace pod's names: {exc}", delay=PIN_RETRY_S) from exc
         for manifest in workspace_children(body, config, access.credentials, new_gateway_token()):
             if kube.ensure(manifest, meta["uid"]):
                 created.append(f"{manifest['kind']} {manifest['metadata']['name']}")
-        # The pod has no DNS: the names it uses are resolved now (the gateway Service exists).
         try:
-            pins, notes = dns_pins.workspace_pins(body, spec, config, kube)
+            services, notes = dns_pins.service_pins(body, spec, config, kube)
         except dns_pins.PinError as exc:
             raise kopf.TemporaryError(f"the workspace pod's names: {exc}", delay=PIN_RETRY_S) from exc
         for note in notes:
             logger.warning("BenchRun %s/%s: %s", ns, name, note)
-        job = workspace_job(body, spec, config, pins)
+        job = workspace_job(body, spec, config, pins + services)
         if kube.ensure(job, meta["uid"]):
             created.append(f"Job {job['metadata']['name']}")
     except NameConflictError as exc:

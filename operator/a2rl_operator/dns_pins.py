@@ -45,19 +45,24 @@ def system_resolver(host: str) -> list[str]:
     return out
 
 
-def workspace_pins(
-    body: Body, spec: BenchRunSpec, config: OperatorConfig, kube: Kube, resolve: Resolver = system_resolver
+def store_pins(config: OperatorConfig, resolve: Resolver = system_resolver) -> list[HostPin]:
+    """The store host's addresses (none when the endpoint is an IP). Raises PinError."""
+    host = endpoint_host(config.store_credentials.get(ENV_S3_ENDPOINT, ""))
+    if host is None:
+        return []
+    addresses = resolve(host)
+    if not addresses:
+        raise PinError(f"the store host {host!r} has no address")
+    return [HostPin(ip, (host,)) for ip in addresses]
+
+
+def service_pins(
+    body: Body, spec: BenchRunSpec, config: OperatorConfig, kube: Kube
 ) -> tuple[list[HostPin], list[str]]:
-    """(the pins of the workspace pod, notes on names left unpinned). Raises PinError when the
-    store host or the run's own gateway Service cannot be resolved."""
+    """The run's gateway Service and an in-cluster `spec.llmGateway` (notes: names left unpinned).
+    Raises PinError when the run's gateway Service has no ClusterIP (it must exist by now)."""
     pins: list[HostPin] = []
     notes: list[str] = []
-    host = endpoint_host(config.store_credentials.get(ENV_S3_ENDPOINT, ""))
-    if host is not None:
-        addresses = resolve(host)
-        if not addresses:
-            raise PinError(f"the store host {host!r} has no address")
-        pins += [HostPin(ip, (host,)) for ip in addresses]
     namespace = body["metadata"]["namespace"]
     if has_gateway(spec):
         ip = kube.service_cluster_ip(namespace, gateway_name(body))
@@ -72,3 +77,11 @@ def workspace_pins(
         else:
             pins.append(HostPin(ip, service_hostnames(*service, config.cluster_domain)))
     return pins, notes
+
+
+def workspace_pins(
+    body: Body, spec: BenchRunSpec, config: OperatorConfig, kube: Kube, resolve: Resolver = system_resolver
+) -> tuple[list[HostPin], list[str]]:
+    """(the pins of the workspace pod, notes on names left unpinned): `store_pins` + `service_pins`."""
+    pins, notes = service_pins(body, spec, config, kube)
+    return store_pins(config, resolve) + pins, notes

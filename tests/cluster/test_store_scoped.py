@@ -144,6 +144,7 @@ def test_an_eval_pods_keys_restore_its_snapshot_and_write_its_result_and_nothing
         ev.get_bytes(layout.submission_manifest(1)) == b"{}"
         and ev.get_bytes(layout.blob("ab12")) == b"weights"
     )
+    assert ev.get_bytes(layout.submission_manifest(0)) == b"{}"  # the base model (the parameter bound)
     ev.put_bytes(layout.submission_details(1), b"{}\n")
     ev.put_bytes(layout.submission_result(1), b'{"score": 40.0}')
     ev.put_bytes(layout.trace_part("eval", 7, "f00d", 0), b"{}\n")
@@ -181,7 +182,9 @@ def test_the_heldout_reader_and_the_report_reach_their_part_only(minio: Any) -> 
     )
     h = _s3(minio, held.access_key, held.secret_key)
     assert h.get_bytes("data/arith/1-seed0/heldout/manifest.json") == b"gold-arith"
-    assert list(h.list("data/arith/1-seed0/heldout")) == ["data/arith/1-seed0/heldout/manifest.json"]
+    listed = list(h.list("data/arith/1-seed0/heldout"))
+    assert "data/arith/1-seed0/heldout/manifest.json" in listed
+    assert all(k.startswith("data/arith/1-seed0/heldout/") for k in listed)
     for key in ("data/gsm8k/1-seed0/heldout/manifest.json", layout.blob("ab12"), other.submission_result(1)):
         _denied(h.get_bytes, key)
     _denied(h.put_bytes, "data/arith/1-seed0/heldout/manifest.json", b"forged")

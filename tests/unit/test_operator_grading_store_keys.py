@@ -71,7 +71,11 @@ def listable(policy: dict[str, Any]) -> list[str]:
 def test_an_eval_pods_policy_reads_its_submission_and_blobs_and_writes_its_result_only() -> None:
     policy = eval_policy("a2rl-runs", "prod", LAYOUT, 3)
     arn = "arn:aws:s3:::a2rl-runs"
-    assert statements(policy, "s3:GetObject") == [f"{arn}/{OWN}/submissions/00003/*", f"{arn}/{OWN}/blobs/*"]
+    assert statements(policy, "s3:GetObject") == [
+        f"{arn}/{OWN}/submissions/00003/*",
+        f"{arn}/{OWN}/blobs/*",
+        f"{arn}/{OWN}/submissions/00000/manifest.json",  # the base model: the parameter bound
+    ]
     assert statements(policy, "s3:PutObject") == [
         f"{arn}/{OWN}/submissions/00003/result.json",
         f"{arn}/{OWN}/submissions/00003/details.jsonl",
@@ -79,7 +83,16 @@ def test_an_eval_pods_policy_reads_its_submission_and_blobs_and_writes_its_resul
     ]
     text = json.dumps(policy)
     # Not the trusted side's seal, not another submission, no delete, no held-out data, no cache.
-    for absent in ("seal.json", "00002", "DeleteObject", "heldout", "baselines", "data/", "s3:*"):
+    for absent in (
+        "seal.json",
+        "00002",
+        "00000/result",
+        "00000/*",
+        "DeleteObject",
+        "heldout",
+        "baselines",
+        "data/",
+    ):
         assert absent not in text
     assert all(s["Effect"] == "Allow" for s in policy["Statement"])
     assert "*" not in listable(policy) and "" not in listable(policy)
