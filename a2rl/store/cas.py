@@ -206,9 +206,15 @@ class SnapshotDeadlineError(A2rlError):
 class StoreBudgetError(A2rlError):
     """Storing a blob would take the run past its cap on bytes stored (`UploadBudget`)."""
 
-    def __init__(self, name: str, reason: str, hint: str) -> None:
-        self.reason = reason
-        super().__init__(f"storing {name} {reason}; {hint}")
+    def __init__(self, name: str, size: int, limit: int, used: int) -> None:
+        #: Why, without the file's name (for a listing under it).
+        self.reason = (
+            f"its {size} bytes would take this run past its limit of {limit} bytes stored ({used} used)"
+        )
+        super().__init__(
+            f"storing {name} ({size} bytes) would take this run past its limit of {limit} bytes stored "
+            f"({used} used); store fewer or smaller distinct files"
+        )
 
 
 #: Refusal kind of a file left out of a lenient snapshot because the run's byte cap is reached.
@@ -246,12 +252,7 @@ class UploadBudget:
     def reserve(self, n: int, name: str) -> None:
         with self._lock:
             if self.limit is not None and self.used + n > self.limit:
-                raise StoreBudgetError(
-                    name,
-                    f"({n} bytes) would take this run past its limit of {self.limit} bytes stored "
-                    f"({self.used} used)",
-                    "store fewer or smaller distinct files",
-                )
+                raise StoreBudgetError(name, n, self.limit, self.used)
             self.used += n
 
     def release(self, n: int) -> None:
@@ -518,7 +519,7 @@ def snapshot_tree(
             if tree.strict:
                 raise
             with lock:
-                refused.append(Refusal(name, f"was not stored: it {exc.reason}", OVER_BUDGET))
+                refused.append(Refusal(name, f"was not stored: {exc.reason}", OVER_BUDGET))
             return None
         finally:
             os.close(fd)
