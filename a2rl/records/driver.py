@@ -67,11 +67,13 @@ class DriverCallRecord(_Complete):
     #: HTTP status the agent got (the upstream's, or the gateway's own: 401, 403, 404, 502).
     status: int | None = None
     #: Set when the gateway answered itself: `unauthorized`, `budget_exhausted`, `unknown_endpoint`,
-    #: `upstream_unreachable`, `bad_request`, `internal` (a fault of the gateway's own).
+    #: `upstream_unreachable`, `bad_request`, `too_many_calls`, `stopping`, `internal` (a fault of
+    #: the gateway's own).
     refused: str | None = None
     error: str | None = None
     usage: DriverUsage | None = None
-    #: True when a generation answer carried no usage the gateway could read (counted as 0).
+    #: True when a generation answer carried no usage the gateway could read (`usage` is then the
+    #: most the call could use, what the budget reserved for it).
     usage_missing: bool = False
     cost_usd: float = 0.0
     #: False when the model has no price (cost counted as 0).

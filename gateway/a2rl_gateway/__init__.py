@@ -5,10 +5,12 @@ call in the store and emits a GenAI span per call.
 
     config.py    GatewayConfig (env ⇄ config), new_run_token, read_upstream_key
     protocols.py endpoints per provider, upstream URL, credentials, headers       (pure)
+    bodies.py    request bodies: content codings within a limit, strict JSON        (pure)
+    validation.py  the fields the meter relies on, the most a call may use          (pure)
     sse.py       server-sent events parser                                          (pure)
     usage.py     usage/model/final message per protocol, JSON and streams           (pure)
     pricing.py   the price table, the admin's price file                            (pure)
-    budget.py    budget decisions                                                   (pure)
+    budget.py    budget decisions, reservations                                     (pure)
     errors.py    error answers in each provider's shape                             (pure)
     redact.py    credentials out of records                                         (pure)
     spans.py     GenAI semantic-convention span attributes                          (pure)

@@ -7,8 +7,9 @@ Its standard output is how the runner follows it (`GatewayProcess` reads it), on
     a2rl-gateway budget-refused <json {"reason": …}>                   (once: the agent got the error)
     a2rl-gateway stopped
 
-On SIGTERM it stops accepting, lets calls in flight end (at most `DRAIN_TIMEOUT_S`), writes the
-summary, flushes its spans and exits 0.
+On SIGTERM it stops accepting, closes the connections that are not in a call (waiting for a
+request, its headers, its body or a call slot), lets calls in flight end (at most
+`DRAIN_TIMEOUT_S`), writes the summary, flushes its spans and exits 0.
 """
 
 from __future__ import annotations

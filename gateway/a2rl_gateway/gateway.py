@@ -7,6 +7,11 @@
 
 `a2rl gateway serve` (`a2rl_gateway.app.serve`) runs one in its own process; the local runner
 starts that through `GatewayProcess` so the key never enters its environment.
+
+Bounds per run: at most `MAX_CONNECTIONS` connections served at once over its servers together
+(more wait in the listen backlog; `a2rl.service_server` has the deadlines of each), and at most
+`MAX_CALLS` calls in flight (a call waits up to `CALL_WAIT_S` for a slot, then gets a 429), so its
+threads and the request bodies it holds are bounded.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from a2rl.records.driver import DriverSummary
+from a2rl.service_server import Connections
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.tracing import Tracing, get_tracing
@@ -28,8 +34,14 @@ from a2rl_gateway.protocols import presented_tokens
 from a2rl_gateway.redact import redact_url
 from a2rl_gateway.server import GatewayHTTPServer, GatewayUnixServer, upstream_opener
 
-#: How often the servers look for a stop request (the stdlib's default, 0.5 s, slows every stop).
+#: How often the servers look for a stop request and connections past their deadline (the
+#: stdlib's default, 0.5 s, slows every stop).
 POLL_S = 0.1
+#: Connections served at once, calls in flight at once (a stack runs a few: sub-agents, side calls).
+MAX_CONNECTIONS = 64
+MAX_CALLS = 16
+#: How long a call waits for one of the `MAX_CALLS` slots before it is answered 429.
+CALL_WAIT_S = 30.0
 
 
 class Gateway:
@@ -42,6 +54,8 @@ class Gateway:
         tracing: Tracing | None = None,
         prices: Mapping[str, Price] | None = None,
         on_exhausted: Callable[[str], None] | None = None,
+        max_calls: int = MAX_CALLS,
+        call_wait_s: float = CALL_WAIT_S,
     ) -> None:
         self.config = config
         self.upstream_key = upstream_key
@@ -63,6 +77,10 @@ class Gateway:
         self._threads: list[threading.Thread] = []
         self._busy = 0
         self._idle = threading.Condition()
+        self._stopping = threading.Event()
+        self.max_calls, self.call_wait_s = max_calls, call_wait_s
+        self._slots = threading.BoundedSemaphore(max_calls)
+        self.connections = Connections(MAX_CONNECTIONS)
         self.port: int | None = None
 
     # --- state ----------------------------------------------------------------------------------
@@ -104,16 +122,36 @@ class Gateway:
                 self._busy -= 1
                 self._idle.notify_all()
 
+    @contextlib.contextmanager
+    def call_slot(self) -> Iterator[bool | None]:
+        """One of the run's `max_calls` call slots for the `with` block: True when held, False when
+        none freed within `call_wait_s`, None when the gateway stops meanwhile."""
+        end = time.monotonic() + self.call_wait_s
+        got: bool | None = False
+        while not self._stopping.is_set():
+            if self._slots.acquire(timeout=max(0.0, min(POLL_S, end - time.monotonic()))):
+                got = True
+                break
+            if time.monotonic() >= end:
+                break
+        else:
+            got = None
+        try:
+            yield got
+        finally:
+            if got:
+                self._slots.release()
+
     # --- life -----------------------------------------------------------------------------------
     def start(self) -> None:
         """Listen (Unix socket and/or 127.0.0.1) and serve in daemon threads."""
         try:
             if self.config.port is not None:
-                tcp = GatewayHTTPServer(self, self.config.host, self.config.port)
+                tcp = GatewayHTTPServer(self, self.config.host, self.config.port, self.connections)
                 self._servers.append(tcp)
                 self.port = tcp.port
             if self.config.socket_path is not None:
-                self._servers.append(GatewayUnixServer(self, self.config.socket_path))
+                self._servers.append(GatewayUnixServer(self, self.config.socket_path, self.connections))
         except BaseException:
             for srv in self._servers:
                 srv.server_close()
@@ -131,8 +169,11 @@ class Gateway:
         self.meter.announce()
 
     def stop(self, drain_timeout_s: float = 30.0) -> bool:
-        """Stop accepting, let calls in flight end and their records be written (at most
-        `drain_timeout_s`), write the summary. False when something was still pending then."""
+        """Stop accepting, close the connections that wait for a request or send one (a call still
+        waiting for its body or a slot ends at once), let calls in flight end and their records be
+        written (at most `drain_timeout_s`), write the summary. False when something was still
+        pending then."""
+        self._stopping.set()
         for srv in self._servers:
             srv.shutdown()
             srv.server_close()

@@ -1,8 +1,10 @@
 """`Meter`: the run's driver totals and budget, and the records in the store. Thread-safe.
 
-Every call gets a number when it arrives (`next_index`). When its answer is complete but before
-the agent has its end, `account(record)` adds its usage and cost to the totals and decides whether
-the budget is now exhausted (`exhausted` is set at once); then `persist` hands the redacted record
+Every call gets a number when it arrives (`next_index`). Before it goes upstream, `admit` reserves
+the most it may use, or refuses it (`a2rl_gateway.budget`: the first refusal ends the budget). When
+its answer is complete but before the agent has its end, `account(record, reservation)` releases
+the reservation, adds the call's usage and cost to the totals and decides whether the budget is
+now exhausted (`exhausted` is set at once); then `persist` hands the redacted record
 to one writer thread, which writes `driver/calls/<n>.json`, rewrites `driver/summary.json` (in
 call order) and, the first time the budget was found exhausted, calls `on_exhausted(reason)`
 (once). The agent's next call never waits for the store; `close` waits for the writer.
@@ -28,7 +30,7 @@ from a2rl.records.driver import (
 from a2rl.records.times import utc_now
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
-from a2rl_gateway.budget import Limits, exhausted_reason, refusal_message
+from a2rl_gateway.budget import Limits, Reservation, exhausted_reason, refusal_message
 from a2rl_gateway.pricing import Price, cost
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,9 @@ class Meter:
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._next = 0
+        self._reserved = Reservation()
+        #: Why `admit` found the budget exhausted, until the refused call's `account` reports it.
+        self._newly: str | None = None
         self._written_calls = 0
         self._queue: queue.Queue[tuple[DriverCallRecord, DriverSummary, str | None]] = queue.Queue()
         self._writer: threading.Thread | None = None
@@ -92,25 +97,61 @@ class Meter:
             return self._next
 
     def refusal(self) -> str | None:
-        """The message a new call is refused with, or None when it may go upstream."""
+        """The message a new call is refused with once the budget is exhausted, else None."""
         with self._lock:
             reason = self.summary.budget.reason if self.summary.budget.exhausted else None
         return refusal_message(reason) if reason else None
+
+    def admit(self, reservation: Reservation) -> str | None:
+        """Reserve `reservation` for a call about to go upstream, or the message it is refused with:
+        the budget is exhausted, or (for a call that may cost something) what is spent and reserved
+        already reaches a limit, which exhausts it now."""
+        newly: str | None = None
+        with self._lock:
+            budget = self.summary.budget
+            if not budget.exhausted and not reservation.empty:
+                s = self.summary
+                newly = exhausted_reason(self.limits, s.total_tokens, s.cost_usd, self._reserved)
+                if newly is not None:
+                    budget.exhausted, budget.exhausted_at, budget.reason = True, utc_now(), newly
+                    self._newly = newly
+            refused = (budget.reason or "the run's driver budget is exhausted") if budget.exhausted else None
+            if refused is None:
+                self._reserved = Reservation(
+                    self._reserved.tokens + reservation.tokens, self._reserved.cost_usd + reservation.cost_usd
+                )
+        if newly is not None:
+            self.exhausted.set()
+        return None if refused is None else refusal_message(refused)
+
+    @property
+    def reserved(self) -> Reservation:
+        """What the calls in flight hold."""
+        with self._lock:
+            return self._reserved
 
     def price(self, model: str | None, usage: DriverUsage) -> tuple[float, bool]:
         return cost(self.prices, model, usage)
 
     # --- accounting ---------------------------------------------------------------------------
-    def finish(self, record: DriverCallRecord) -> None:
+    def finish(self, record: DriverCallRecord, reservation: Reservation | None = None) -> None:
         """Count a finished call (refused ones too) and record it (`account`, then `persist`)."""
-        self.persist(record, *self.account(record))
+        self.persist(record, *self.account(record, reservation))
 
-    def account(self, record: DriverCallRecord) -> tuple[DriverSummary, str | None]:
-        """Add the call to the totals and decide the budget (in memory, before the agent gets the
-        end of its answer, so its next call is judged with this one counted). Returns the summary
-        to write and, the first time the budget is found exhausted, why."""
-        newly: str | None = None
+    def account(
+        self, record: DriverCallRecord, reservation: Reservation | None = None
+    ) -> tuple[DriverSummary, str | None]:
+        """Release the call's `reservation` (what `admit` reserved), add the call to the totals and
+        decide the budget (in memory, before the agent gets the end of its answer, so its next call
+        is judged with this one counted). Returns the summary to write and, the first time the
+        budget is found exhausted, why."""
         with self._lock:
+            newly, self._newly = self._newly, None
+            if reservation is not None:
+                self._reserved = Reservation(
+                    max(0, self._reserved.tokens - reservation.tokens),
+                    max(0.0, self._reserved.cost_usd - reservation.cost_usd),
+                )
             s = self.summary
             count_call(s, record)
             s.total_tokens = s.input_tokens + s.output_tokens

@@ -58,7 +58,9 @@ HOP_BY_HOP = frozenset(
 )
 #: Where a client may present a key; stripped before forwarding.
 AUTH_HEADERS = frozenset({"authorization", "x-api-key", "x-goog-api-key", "api-key"})
-_NOT_FORWARDED = HOP_BY_HOP | AUTH_HEADERS | {"host", "content-length", "accept-encoding", "cookie", "expect"}
+#: The body goes upstream as the gateway read it (decompressed, JSON): its own length, type, coding.
+_BODY_HEADERS = frozenset({"content-length", "content-type", "content-encoding"})
+_NOT_FORWARDED = HOP_BY_HOP | AUTH_HEADERS | _BODY_HEADERS | {"host", "accept-encoding", "cookie", "expect"}
 _NOT_RETURNED = HOP_BY_HOP | {"content-length", "set-cookie", "server", "date"}
 
 _GEMINI_METHOD = re.compile(r"^/v1(?:beta|alpha)?/models/(?P<model>[^/:]+):(?P<method>[A-Za-z]+)$")
@@ -185,7 +187,8 @@ def upstream_auth(provider: str, key: str | None) -> dict[str, str]:
 
 
 def forward_headers(provider: str, headers: Iterable[tuple[str, str]], key: str | None) -> dict[str, str]:
-    """The request headers sent upstream: the client's, less hop-by-hop and credentials, plus the
+    """The request headers sent upstream: the client's, less hop-by-hop, credentials and those
+    describing the body (the gateway sends the body it read and validated: plain JSON), plus the
     real key; `Accept-Encoding: identity` so the gateway can read the usage in the answer."""
     out: dict[str, str] = {}
     for name, value in headers:
@@ -210,12 +213,6 @@ def request_model(endpoint: Endpoint, body: Any) -> str | None:
     if isinstance(body, dict) and isinstance(body.get("model"), str):
         return str(body["model"])
     return None
-
-
-def wants_stream(endpoint: Endpoint, body: Any, query: str) -> bool:
-    if endpoint.path_stream:
-        return True
-    return isinstance(body, dict) and body.get("stream") is True
 
 
 def with_stream_usage(endpoint: Endpoint, body: Any) -> Any:

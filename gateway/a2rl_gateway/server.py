@@ -1,12 +1,18 @@
-"""The gateway's HTTP side: one handler per request (stdlib `ThreadingHTTPServer`, HTTP/1.1 keep-alive)
-on 127.0.0.1 and/or a Unix socket, forwarding to the upstream with `urllib` (proxies from the
-environment apply; redirects are passed back, not followed).
+"""The gateway's HTTP side: one handler per request (`a2rl.service_server`: threads, HTTP/1.1
+keep-alive, bounded connections and deadlines) on 127.0.0.1 and/or a Unix socket, forwarding to the
+upstream with `urllib` (proxies from the environment apply; redirects are passed back, not followed).
 
-Per request: `/health` answers itself; otherwise the token is checked (401), the endpoint routed
-(404), the budget consulted (403), then the request goes upstream with the real key. A streamed
-answer is relayed chunk by chunk as it arrives (chunked transfer encoding, flushed per chunk);
-if the agent hangs up mid-stream the gateway still reads the upstream to its end, so the usage
-is metered. Every request ends in `Meter.finish` (record + summary) inside one GenAI span.
+Per request: `/health` answers itself; otherwise the token is checked (401) and the endpoint
+routed (404) before a byte of the body is read; then the call waits for one of the run's call slots
+(`Gateway.call_slot`: 429 when none frees in time), its body is read (within `MAX_REQUEST_BYTES`
+and `BODY_TIMEOUT_S`: 413, 408), decompressed within the same limit (`a2rl_gateway.bodies`: 413,
+415) and checked (`a2rl_gateway.validation`: 400); the budget reserves the most the call may use
+or refuses it (403); then the body the gateway read goes upstream with the real key. A streamed
+answer is relayed chunk by chunk as it arrives (chunked transfer encoding, flushed per chunk); if
+the agent hangs up mid-stream the gateway still reads the upstream to its end, so the usage is
+metered. A successful generation answer without usage the gateway can read is counted as the
+call's reservation (`usage_missing`). Every request ends in `Meter.account` (record + summary,
+the reservation settled) inside one GenAI span.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import contextlib
 import gzip
 import json
 import logging
+import re
 import time
 import urllib.error
 import urllib.request
@@ -23,11 +30,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from a2rl.records.driver import DriverCallRecord, DriverSummary
+from a2rl.records.driver import DriverCallRecord, DriverSummary, DriverUsage
 from a2rl.records.times import utc_now
-from a2rl.service_server import ServiceHTTPServer, ServiceRequestHandler, ServiceUnixServer
+from a2rl.service_server import Connections, ServiceHTTPServer, ServiceRequestHandler, ServiceUnixServer
 from a2rl_gateway import errors as e
 from a2rl_gateway import protocols as p
+from a2rl_gateway import validation as v
+from a2rl_gateway.bodies import BodyError, decode, parse_json
+from a2rl_gateway.budget import Reservation
 from a2rl_gateway.redact import redact_headers, redact_query, redact_url, redact_value
 from a2rl_gateway.spans import span_attributes, span_name, span_result_attributes
 from a2rl_gateway.usage import Answer, from_json, from_stream
@@ -37,23 +47,28 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Largest request body accepted (prompts with images run to a few MiB).
-MAX_REQUEST_BYTES = 64 << 20
+#: Largest request body accepted, as sent and once decompressed (Anthropic's own limit for the
+#: Messages API; prompts with images run to a few MiB).
+MAX_REQUEST_BYTES = 32 << 20
 #: Largest body kept in a call record (the rest is cut, `truncated: true`).
 MAX_RECORD_BODY_BYTES = 8 << 20
+#: Chunks of a chunked request body (a client sends its JSON in a few; a byte each is an attack).
+MAX_CHUNKS = 1 << 14
 _CHUNK = 1 << 16
 
 
 class GatewayHTTPServer(ServiceHTTPServer["Gateway"]):
-    def __init__(self, gateway: Gateway, host: str, port: int) -> None:
-        super().__init__(gateway, host, port, _Handler)
+    def __init__(
+        self, gateway: Gateway, host: str, port: int, connections: Connections | None = None
+    ) -> None:
+        super().__init__(gateway, host, port, _Handler, connections)
 
 
 class GatewayUnixServer(ServiceUnixServer["Gateway"]):
     """The gateway on a Unix socket at `path` (for the local sandbox to relay)."""
 
-    def __init__(self, gateway: Gateway, path: Path) -> None:
-        super().__init__(gateway, path, _Handler)
+    def __init__(self, gateway: Gateway, path: Path, connections: Connections | None = None) -> None:
+        super().__init__(gateway, path, _Handler, connections)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -65,14 +80,11 @@ def upstream_opener() -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(_NoRedirect)
 
 
-class _RequestError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+_DIGITS = re.compile(r"[0-9]{1,12}")
 
 
 def _decoded(raw: bytes, encoding: str) -> bytes:
-    """The body as sent, decompressed for reading when the upstream compressed it anyway."""
+    """The upstream's answer as sent, decompressed for reading when it compressed it anyway."""
     encoding = encoding.strip().lower()
     try:
         if encoding == "gzip":
@@ -101,7 +113,8 @@ class _Handler(ServiceRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         # The request line may carry `?key=<token>`.
-        text = (format % args).replace(self.path, redact_query(self.path)) if self.path else format % args
+        path = getattr(self, "path", None)  # unset when the request line was malformed
+        text = (format % args).replace(path, redact_query(path)) if path else format % args
         log.info("%s %s", self.address_string(), text[:1000])
 
     def do_GET(self) -> None:
@@ -139,38 +152,92 @@ class _Handler(ServiceRequestHandler):
             self.wfile.write(data)
         return data
 
-    def _read_body(self) -> bytes:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            return self._read_chunked()
-        raw = self.headers.get("Content-Length")
-        if raw is None:
-            return b""
-        try:
-            length = int(raw)
-        except ValueError:
-            raise _RequestError(e.BAD_REQUEST, f"bad Content-Length {raw[:40]!r}") from None
-        if length < 0:
-            raise _RequestError(e.BAD_REQUEST, "bad Content-Length")
-        if length > MAX_REQUEST_BYTES:
-            raise _RequestError(e.TOO_LARGE, f"request body over {MAX_REQUEST_BYTES >> 20} MiB")
-        return self.rfile.read(length)
+    # --- the request body -----------------------------------------------------------------------
+    def handle_expect_100(self) -> bool:
+        # `Expect: 100-continue` is answered only once the body is wanted (`_request_body`): a
+        # request refused before (a bad token) is answered without the client sending its body.
+        self._expect_100 = True
+        return True
 
-    def _read_chunked(self) -> bytes:
+    def _request_body(self) -> bytes:
+        """The body as the client sent it, read within the limits; `BodyError` when it is not."""
+        expect_100, self._expect_100 = getattr(self, "_expect_100", False), False
+        chunked = self.headers.get_all("Transfer-Encoding")
+        lengths = self.headers.get_all("Content-Length") or []
+        length: int | None = None
+        if chunked:
+            if len(chunked) > 1 or chunked[0].strip().lower() != "chunked" or lengths:
+                raise BodyError(
+                    e.BAD_REQUEST, "Transfer-Encoding must be chunked alone, without Content-Length"
+                )
+        elif lengths:
+            if len(set(lengths)) > 1 or not _DIGITS.fullmatch(lengths[0].strip()):
+                raise BodyError(e.BAD_REQUEST, f"bad Content-Length {', '.join(lengths)[:40]!r}")
+            length = int(lengths[0])
+            if length > MAX_REQUEST_BYTES:
+                raise BodyError(e.TOO_LARGE, f"request body over {MAX_REQUEST_BYTES >> 20} MiB")
+        else:
+            return b""
+        if expect_100:
+            self.send_response_only(100)
+            self.end_headers()
+        self.expect_body()
         out = bytearray()
-        while True:
-            line = self.rfile.readline(1024)
+        if length is None:
+            self._read_chunked(out)
+        else:
+            self._read_into(out, length)
+        return bytes(out)
+
+    def _read_into(self, out: bytearray, n: int) -> None:
+        """Append the next `n` bytes of the body to `out`."""
+        end = len(out) + n
+        stalled = False
+        try:
+            while len(out) < end:
+                chunk = self.rfile.read1(min(_CHUNK, end - len(out)))
+                if not chunk:
+                    break
+                out += chunk
+        except TimeoutError:
+            stalled = True
+        except OSError as exc:
+            raise BodyError(e.BAD_REQUEST, f"reading the request body failed: {exc}") from None
+        if len(out) < end:
+            if stalled or self.timed_out:
+                raise BodyError(e.TIMEOUT, "the request body did not arrive in time")
+            raise BodyError(e.BAD_REQUEST, "the request body ended early")
+
+    def _read_chunked(self, out: bytearray) -> None:
+        for _ in range(MAX_CHUNKS):
+            line = self._line()
             try:
                 size = int(line.split(b";", 1)[0].strip() or b"x", 16)
             except ValueError:
-                raise _RequestError(e.BAD_REQUEST, "malformed chunked request body") from None
+                size = -1
+            if size < 0 or not line.endswith(b"\n"):
+                raise BodyError(e.BAD_REQUEST, "malformed chunked request body")
             if size == 0:
-                while self.rfile.readline(1024).strip():
-                    pass  # trailers
-                return bytes(out)
+                for _ in range(100):  # trailers
+                    if not self._line().strip():
+                        return
+                raise BodyError(e.BAD_REQUEST, "malformed chunked request body")
             if len(out) + size > MAX_REQUEST_BYTES:
-                raise _RequestError(e.TOO_LARGE, f"request body over {MAX_REQUEST_BYTES >> 20} MiB")
-            out += self.rfile.read(size)
-            self.rfile.readline(16)
+                raise BodyError(e.TOO_LARGE, f"request body over {MAX_REQUEST_BYTES >> 20} MiB")
+            self._read_into(out, size)
+            if self._line().strip():
+                raise BodyError(e.BAD_REQUEST, "malformed chunked request body")
+        raise BodyError(e.BAD_REQUEST, f"a chunked request body of more than {MAX_CHUNKS} chunks")
+
+    def _line(self) -> bytes:
+        stalled = False
+        try:
+            line = self.rfile.readline(1024)
+        except OSError as exc:
+            line, stalled = b"", isinstance(exc, TimeoutError)
+        if not line and (stalled or self.timed_out):
+            raise BodyError(e.TIMEOUT, "the request body did not arrive in time")
+        return line
 
     # --- one request --------------------------------------------------------------------------
     def _handle(self) -> None:
@@ -179,14 +246,19 @@ class _Handler(ServiceRequestHandler):
         if path.rstrip("/") == "/health" and self.command in ("GET", "HEAD"):
             self._send_json(200, {"status": "ok"})
             return
-        with gw.in_flight():
-            self._call(gw, path, query)
+        try:
+            with gw.in_flight():
+                self._call(gw, path, query)
+        finally:
+            self._expect_100 = False
 
     def _call(self, gw: Gateway, path: str, query: str) -> None:
         self._t0 = time.monotonic()
         self._pending: tuple[DriverSummary, str | None] | None = None
-        self._reencoded = False
         self._responded = False
+        self._reservation: Reservation | None = None
+        self._most: DriverUsage | None = None
+        self._forwarded = False
         cfg = gw.config
         secrets = gw.secrets
         rec = DriverCallRecord(
@@ -199,15 +271,7 @@ class _Handler(ServiceRequestHandler):
         )
         err_protocol = p.error_protocol(cfg.provider, path)
         try:
-            try:
-                body = self._read_body()
-            except _RequestError as exc:
-                self.close_connection = True
-                self._refuse(rec, err_protocol, exc.status, str(exc), "bad_request")
-                return
-            # A compressed request (gzip/deflate) is read decompressed; it is forwarded as sent.
-            plain = _decoded(body, self.headers.get("Content-Encoding") or "")
-            rec.request_body, rec.truncated = recorded_body(plain)
+            # Nothing of the body is read (nor decompressed) before the token and the endpoint.
             if not gw.authorized(self.headers.items(), query):
                 self._refuse(
                     rec,
@@ -216,6 +280,7 @@ class _Handler(ServiceRequestHandler):
                     "invalid or missing API key: present this run's driver token "
                     "(x-api-key, Authorization: Bearer, x-goog-api-key or ?key=)",
                     "unauthorized",
+                    unread=True,
                 )
                 return
             endpoint = p.route(cfg.provider, self.command, path)
@@ -227,31 +292,26 @@ class _Handler(ServiceRequestHandler):
                     f"{self.command} {path[:200]} is not served by a2rl's driver gateway "
                     f"for provider {cfg.provider}",
                     "unknown_endpoint",
+                    unread=True,
                 )
                 return
-            parsed: Any = None
-            if body:
-                with contextlib.suppress(ValueError):
-                    parsed = json.loads(plain)
             rec.protocol, rec.operation = endpoint.protocol, endpoint.operation
-            rec.request_model = p.request_model(endpoint, parsed)
-            rec.stream = p.wants_stream(endpoint, parsed, query)
-            attrs = span_attributes(cfg, endpoint, rec, parsed)
-            with gw.tracing.span(span_name(endpoint, rec.request_model), attrs) as sp:
-                refusal = gw.meter.refusal()
-                if refusal is not None:
-                    self._refuse(rec, endpoint.protocol, e.BUDGET_EXHAUSTED, refusal, "budget_exhausted")
-                else:
-                    sent = p.with_stream_usage(endpoint, parsed)
-                    if sent is not parsed:
-                        body = json.dumps(sent).encode()
-                        self._reencoded = True
-                    self._proxy(gw, rec, endpoint, path=path, query=query, body=body)
-                if sp.is_recording():
-                    sp.set_attributes(span_result_attributes(rec))
+            with gw.call_slot() as slot:
+                if slot is None:
+                    message = "a2rl's driver gateway is stopping"
+                    self._refuse(rec, endpoint.protocol, e.STOPPING, message, "stopping", unread=True)
+                    return
+                if not slot:
+                    message = f"more than {gw.max_calls} driver calls at once; retry shortly"
+                    self._refuse(rec, endpoint.protocol, e.TOO_MANY, message, "too_many_calls", unread=True)
+                    return
+                self._serve(gw, rec, endpoint, path=path, query=query)
         except Exception as exc:
             log.exception("driver call %d failed in the gateway", rec.index)
             self.close_connection = True
+            if self._forwarded and rec.usage is None and self._most and self._most.total_tokens:
+                rec.usage, rec.usage_missing = self._most, True  # it reached the upstream: count its most
+                rec.cost_usd, rec.priced = gw.meter.price(rec.request_model, self._most)
             if not self._responded:
                 self._refuse(
                     rec,
@@ -269,21 +329,78 @@ class _Handler(ServiceRequestHandler):
             clean = DriverCallRecord.model_validate(redact_value(rec.to_json(), secrets))
             gw.meter.persist(clean, *self._pending)
 
+    def _serve(
+        self, gw: Gateway, rec: DriverCallRecord, endpoint: p.Endpoint, *, path: str, query: str
+    ) -> None:
+        """An authorised call to a served endpoint, holding a call slot: body, checks, budget, upstream."""
+        try:
+            raw = self._request_body()
+        except BodyError as exc:
+            self._refuse(rec, endpoint.protocol, exc.status, str(exc), "bad_request", unread=True)
+            return
+        try:
+            plain = decode(raw, ", ".join(self.headers.get_all("Content-Encoding") or []), MAX_REQUEST_BYTES)
+        except BodyError as exc:
+            self._refuse(rec, endpoint.protocol, exc.status, str(exc), "bad_request")
+            return
+        del raw
+        rec.request_body, rec.truncated = recorded_body(plain)
+        try:
+            parsed = parse_json(plain) if plain else None
+            rec.request_model = p.request_model(endpoint, parsed)
+            shape = v.check(endpoint, parsed)
+        except (BodyError, v.InvalidRequestError) as exc:
+            self._refuse(rec, endpoint.protocol, e.BAD_REQUEST, str(exc), "bad_request")
+            return
+        rec.stream = shape.stream
+        attrs = span_attributes(gw.config, endpoint, rec, parsed)
+        with gw.tracing.span(span_name(endpoint, rec.request_model), attrs) as sp:
+            most = v.max_usage(shape, len(plain))
+            cost_usd, _ = gw.meter.price(rec.request_model, most)
+            reservation = Reservation(most.total_tokens, cost_usd)
+            refusal = gw.meter.admit(reservation)
+            if refusal is not None:
+                self._refuse(rec, endpoint.protocol, e.BUDGET_EXHAUSTED, refusal, "budget_exhausted")
+            else:
+                self._reservation, self._most = reservation, most
+                sent = p.with_stream_usage(endpoint, parsed)
+                body = plain if sent is parsed else json.dumps(sent).encode()
+                self._proxy(gw, rec, endpoint, path=path, query=query, body=body)
+            if sp.is_recording():
+                sp.set_attributes(span_result_attributes(rec))
+
     def _account(self, rec: DriverCallRecord) -> None:
-        """Count the call (before the agent has the end of its answer: see `Meter.account`); once."""
+        """Count the call (before the agent has the end of its answer: see `Meter.account`) and
+        release its reservation; once."""
         if self._pending is not None:
             return
         rec.finished_at = utc_now()
         rec.latency_s = round(time.monotonic() - self._t0, 6)
-        self._pending = self.server.service.meter.account(rec)
+        self._pending = self.server.service.meter.account(rec, self._reservation)
 
-    def _refuse(self, rec: DriverCallRecord, protocol: str, status: int, message: str, why: str) -> None:
+    def _refuse(
+        self,
+        rec: DriverCallRecord,
+        protocol: str,
+        status: int,
+        message: str,
+        why: str,
+        *,
+        unread: bool = False,
+    ) -> None:
+        """Answer the call itself. `unread`: the request's body was not read (or not all of it): the
+        connection closes after the answer, once what the client already sent is drained."""
         rec.status, rec.refused, rec.error = status, why, message
         body = e.error_body(protocol, status, message)
         rec.response_body = body
         self._account(rec)
+        if unread:
+            self.close_connection = True
         with contextlib.suppress(OSError):
-            self._send_json(status, body)
+            self._send_json(status, body, [("Connection", "close")] if unread else ())
+            if unread:
+                self.wfile.flush()
+                self.drain_request()
 
     def _proxy(
         self,
@@ -299,16 +416,17 @@ class _Handler(ServiceRequestHandler):
         url = p.upstream_url(cfg.base_url, path, p.forwarded_query(query))
         rec.upstream_url = redact_url(url)
         headers = p.forward_headers(cfg.provider, self.headers.items(), gw.upstream_key)
-        if self._reencoded:  # the gateway rewrote the body: it is plain JSON now
-            headers = {k: v for k, v in headers.items() if k.lower() != "content-encoding"}
         if body:
+            headers["Content-Type"] = "application/json"
             headers["Content-Length"] = str(len(body))
         request = urllib.request.Request(url, data=body or None, headers=headers, method=self.command)
+        self._forwarded = True
         try:
             resp: Any = gw.opener.open(request, timeout=cfg.upstream_timeout_s)
         except urllib.error.HTTPError as exc:
             resp = exc
         except (urllib.error.URLError, OSError, ValueError) as exc:
+            self._forwarded = False  # no answer: nothing was generated
             reason = getattr(exc, "reason", exc)
             self._refuse(
                 rec,
@@ -422,7 +540,11 @@ class _Handler(ServiceRequestHandler):
         rec.usage = answer.usage
         ok = 200 <= status < 300
         rec.usage_missing = endpoint.generates and ok and answer.usage is None
-        if answer.usage is not None:
-            rec.cost_usd, rec.priced = gw.meter.price(answer.model or rec.request_model, answer.usage)
+        if rec.usage_missing:
+            # Generated, but the answer says not how much (a stream the gateway did not ask for, a
+            # server that ignores `include_usage`, a stream cut short): count the most it may be.
+            rec.usage = self._most
+        if rec.usage is not None:
+            rec.cost_usd, rec.priced = gw.meter.price(answer.model or rec.request_model, rec.usage)
         rec.response_id = answer.response_id
         rec.finish_reasons = answer.finish_reasons
