@@ -2,12 +2,14 @@
 
 Rules (docs/recorder.md): the path must lie under the workspace's `output/`, no `..`, no symlink on
 the way or inside the model directory, nothing but regular files and directories, no file with a
-second hard link (it may be a held-out file linked in), a non-empty Hugging Face model directory
-(`config.json`), not a LoRA adapter, and within the size limit (apparent sizes: a sparse file
-counts at its full length). The directory is opened and walked without following anything
-(`a2rl.store.safe_tree`) and the snapshot reads exactly the files that were checked, each
-through the descriptor it was checked on, and only before the run's deadline. Each violation is a
-`SubmitRejectedError` carrying the HTTP status and one clear line for the agent.
+second hard link (it may be a held-out file linked in), no sparse file (more than 1 MiB of holes:
+its blob would be stored at its full length; `safe_tree.SPARSE`), a non-empty Hugging Face model
+directory (`config.json`), not a LoRA adapter, within the size limit (apparent sizes) and within
+the run's cap on stored bytes (`UploadBudget`, at most half the local store's free space). The
+directory is opened and walked without following anything (`a2rl.store.safe_tree`) and the
+snapshot reads exactly the files that were checked, each through the descriptor it was checked
+on, and only before the run's deadline. Each violation is a `SubmitRejectedError` carrying the
+HTTP status and one clear line for the agent.
 """
 
 from __future__ import annotations
