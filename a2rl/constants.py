@@ -96,6 +96,8 @@ ENV_HELDOUT_SECRET_FILE: Final = "A2RL_HELDOUT_SECRET_FILE"
 # Marks every process of an agent session so the runner can find detached descendants.
 ENV_AGENT_SESSION: Final = "A2RL_AGENT_SESSION"
 ENV_BWRAP: Final = "A2RL_BWRAP"  # bubblewrap binary for the local sandbox (default: bwrap on PATH)
+# The host uid a root runner gives each sandboxed agent (default: one of its own per run).
+ENV_SANDBOX_UID: Final = "A2RL_SANDBOX_UID"
 ENV_S3_ENDPOINT: Final = "AWS_ENDPOINT_URL"
 ENV_S3_ACCESS_KEY: Final = "AWS_ACCESS_KEY_ID"
 ENV_S3_SECRET_KEY: Final = "AWS_SECRET_ACCESS_KEY"

@@ -161,7 +161,9 @@ def update_run_meta(workspace: Path, **times: float | None) -> None:
 
 
 def make_read_only(path: Path) -> None:
-    """chmod a-w on `path` and everything below it (directories last, so the walk can finish)."""
+    """chmod a-w,a+rX on `path` and everything below it (directories last, so the walk can
+    finish): read-only for everyone, readable by everyone — the sandboxed agent of a root runner
+    is another uid (`a2rl_runner.sandbox.identity`) and must read the base model and the data."""
     for dirpath, dirnames, filenames in os.walk(path, topdown=False):
         for name in filenames:
             _drop_write(Path(dirpath) / name)
@@ -174,7 +176,10 @@ def _drop_write(p: Path) -> None:
     if p.is_symlink():
         return
     mode = p.stat().st_mode
-    p.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    readable = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+    if p.is_dir() or mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH):
+        readable |= stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+    p.chmod((mode | readable) & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
 def make_writable(path: Path) -> None:

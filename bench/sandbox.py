@@ -67,10 +67,10 @@ print(json.dumps(n / float(sys.argv[1])))
 """
 
 
-def run(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+def run(argv: list[str], env: dict[str, str], preexec: Callable[[], None] | None = None) -> tuple[float, str]:
     """(seconds to the first output line, the whole output)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=preexec)  # noqa: PLW1509
     assert proc.stdout is not None
     first = proc.stdout.readline()
     elapsed = time.perf_counter() - t0
@@ -79,6 +79,14 @@ def run(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
     if proc.returncode != 0:
         raise SystemExit(f"{argv[-3:]} exited with {proc.returncode}: {first}{rest}")
     return elapsed, first + rest
+
+
+def timed(sandbox: RunSandbox | None, argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+    """`run` of `argv`, in `sandbox` (as `a2rl run` starts it: its preexec after its wrap) or not."""
+    if sandbox is None:
+        return run(argv, env)
+    wrapped = sandbox.wrap(argv)
+    return run(wrapped, env, sandbox.preexec)
 
 
 def main() -> None:
@@ -108,20 +116,18 @@ def main() -> None:
         tcp = RecorderHTTPServer(stand_in, "127.0.0.1", port)
         for server in (unix, tcp):
             threading.Thread(target=server.serve_forever, daemon=True).start()
+        sandbox.grant_sockets()
         base_env = {"PATH": os.environ["PATH"], "PORT": str(port), "PYTHONUNBUFFERED": "1"}
-        modes: dict[str, tuple[Callable[[list[str]], list[str]], dict[str, str]]] = {
-            "sandbox": (sandbox.wrap, sandbox.agent_env(base_env)),
-            "no sandbox": (list, base_env),
-        }
         rows = []
         try:
-            for name, (wrap, env) in modes.items():
+            for name, box in (("sandbox", sandbox), ("no sandbox", None)):
+                env = box.agent_env(base_env) if box is not None else base_env
                 starts = [
-                    run(wrap([sys.executable, "-c", "print('up')"]), env)[0] for _ in range(args.repeat)
+                    timed(box, [sys.executable, "-c", "print('up')"], env)[0] for _ in range(args.repeat)
                 ]
-                _, out = run(wrap([sys.executable, "-c", ROUND_TRIPS, str(args.requests)]), env)
+                _, out = timed(box, [sys.executable, "-c", ROUND_TRIPS, str(args.requests)], env)
                 trips = sorted(json.loads(out))
-                _, out = run(wrap([sys.executable, "-c", COMPUTE, str(args.compute_s)]), env)
+                _, out = timed(box, [sys.executable, "-c", COMPUTE, str(args.compute_s)], env)
                 rows.append(
                     (
                         name,

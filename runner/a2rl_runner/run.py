@@ -400,6 +400,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         log_path=prep.logs_dir / "agent.log",
         console_prefix="agent | " if progress else None,
         sandboxed=sandbox is not None,
+        preexec=sandbox.preexec if sandbox is not None else None,
     )
     supervisor = AgentSupervisor(
         launch,
@@ -420,6 +421,8 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
                     log_path=prep.logs_dir / "gateway.log",
                     say=say,
                 )
+            if sandbox is not None:
+                sandbox.grant_sockets()
             say(f"[a2rl] starting the agent: {_agent_label(prep)} (budget {budget} s)")
             remaining = max(start + budget - time.time(), 0.0)
             with span("agent") as agent_span:
@@ -529,6 +532,7 @@ def _sandbox(prep: _Prepared, port: int, cwd: Path) -> RunSandbox:
         extra_toolchain=prep.stack.installed.read_only if prep.stack is not None else (),
         scratch=_scratch(ws),
         private=[paths.home(), paths.cache_dir(), Path.home(), prep.heldout_dir, prep.logs_dir, *store_root],
+        run_uid=prep.layout.uid,
     )
 
 

@@ -65,6 +65,8 @@ class AgentLaunch:
     #: child are the namespace's wrappers, spared by SIGTERM (the namespace's init would take
     #: every process down with it, graceless) and SIGKILLed last, which ends the namespace.
     sandboxed: bool = False
+    #: What the child runs before exec (the sandbox's staging, change of identity and limits).
+    preexec: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -126,9 +128,11 @@ class AgentSupervisor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=self.launch.preexec,  # noqa: PLW1509 (raw system calls only)
             )
-        except OSError as exc:
-            self._exec_error = f"cannot start agent command {self.launch.argv[0]!r}: {exc.strerror or exc}"
+        except (OSError, subprocess.SubprocessError) as exc:
+            reason = getattr(exc, "strerror", None) or exc
+            self._exec_error = f"cannot start agent command {self.launch.argv[0]!r}: {reason}"
             self._log.write(f"a2rl: {self._exec_error}\n".encode())
             self._log.close()
             return

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +23,15 @@ from socketserver import ThreadingUnixStreamServer
 
 import pytest
 from a2rl_runner import procs
-from a2rl_runner.sandbox.policy import Relay, SandboxPolicy, bwrap_argv, exposed_private, relay_argv
+from a2rl_runner.sandbox.identity import SANDBOX_UID_BASE, Identity, sandbox_identity
+from a2rl_runner.sandbox.policy import (
+    Relay,
+    SandboxPolicy,
+    bind_sources,
+    bwrap_argv,
+    exposed_private,
+    relay_argv,
+)
 from a2rl_runner.sandbox.relay import parse
 from a2rl_runner.sandbox.setup import (
     Bubblewrap,
@@ -56,9 +67,10 @@ def _policy(tmp_path: Path, **overrides: object) -> SandboxPolicy:
         "relays": (Relay(8123, "api.sock"),),
         "scratch": tmp_path / "scratch",
         "cwd": tmp_path / "ws",
-        "system_dirs": ("/usr", "/etc"),
+        "system_dirs": ("/usr",),
         "system_links": {"/bin": "usr/bin"},
-        "masked": ("/etc/shadow",),
+        "etc_entries": ("/etc/ld.so.cache", "/etc/ssl/certs"),
+        "etc_files": (("/etc/passwd", tmp_path / "scratch" / "etc" / "passwd"),),
     }
     fields.update(overrides)
     return SandboxPolicy(**fields)  # type: ignore[arg-type]
@@ -79,10 +91,45 @@ def test_bwrap_argv_isolates_every_namespace_and_binds_only_what_the_policy_name
     # The read-only model directory is mounted after (over) the writable workspace.
     ro_model = argv.index(str(tmp_path / "ws" / "models"))
     assert ro_model > argv.index(ws)
-    assert ("--ro-bind", "/dev/null", "/etc/shadow") in binds
+    # /etc by allow-list: the named entries and the sandbox's own passwd, never the directory.
+    assert ("--ro-bind", "/etc/ssl/certs", "/etc/ssl/certs") in binds
+    assert ("--ro-bind", str(tmp_path / "scratch" / "etc" / "passwd"), "/etc/passwd") in binds
+    assert not any(dest == "/etc" for _, _, dest in binds)
     assert argv[-3:] == ["--", "agent", "--flag"]
     assert argv[argv.index("--chdir") + 1] == ws
     assert not any(src == "/" for _, src, _ in binds)
+
+
+def test_staged_sources_and_a_sized_shm(tmp_path: Path) -> None:
+    policy = _policy(tmp_path, shm_bytes=64 << 20)
+    sources = bind_sources(policy)
+    staged = [f"/tmp/a2rl-stage-x/{i}" for i in range(len(sources))]
+    argv = bwrap_argv("/usr/bin/bwrap", policy, ["agent"], sources=staged)
+    binds = [
+        (argv[i], argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a.startswith("--") and "bind" in a
+    ]
+    assert [b[1] for b in binds] == staged  # every bind from its staged point, to the same place
+    assert [b[2] for b in binds] == [b[2] for b in _binds_of(bwrap_argv("/usr/bin/bwrap", policy, ["agent"]))]
+    assert argv[argv.index("/dev/shm") - 3 : argv.index("/dev/shm")] == ["--size", str(64 << 20), "--tmpfs"]
+    with pytest.raises(ValueError, match="sources"):
+        bwrap_argv("/usr/bin/bwrap", policy, ["agent"], sources=staged[1:])
+
+
+def _binds_of(argv: list[str]) -> list[tuple[str, str, str]]:
+    return [
+        (argv[i], argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a.startswith("--") and "bind" in a
+    ]
+
+
+def test_a_root_runner_gives_each_run_an_unprivileged_identity() -> None:
+    mine = sandbox_identity("3f2a9c81d0e4", euid=0, environ={})
+    assert mine is not None and mine.uid == mine.gid and mine.uid >= SANDBOX_UID_BASE
+    assert sandbox_identity("3f2a9c81d0e5", euid=0, environ={}) != mine  # runs do not share a uid
+    assert sandbox_identity("3f2a9c81d0e4", euid=1000, environ={}) is None  # bwrap maps the user itself
+    assert sandbox_identity("0", euid=0, environ={"A2RL_SANDBOX_UID": "4242"}) == Identity(4242, 4242)
+    for bad in ("0", "root", "-1"):
+        with pytest.raises(A2rlError, match="A2RL_SANDBOX_UID"):
+            sandbox_identity("0", euid=0, environ={"A2RL_SANDBOX_UID": bad})
 
 
 def test_exposed_private_catches_a_toolchain_that_contains_a_private_path(tmp_path: Path) -> None:
@@ -114,11 +161,17 @@ def test_relay_parses_its_command_line() -> None:
 def test_check_bubblewrap_names_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(SandboxUnavailableError, match=r"apt-get install bubblewrap.*--no-sandbox"):
         check_bubblewrap({"PATH": str(tmp_path)})
-    fake = tmp_path / "bwrap"
-    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
-    fake.chmod(0o755)
-    with pytest.raises(SandboxUnavailableError, match=r"No permissions to create new.*--no-sandbox"):
-        check_bubblewrap({"PATH": "", "A2RL_BWRAP": str(fake)})
+    # Where the sandbox's own identity can run it (a root runner probes as that identity).
+    shown = Path(tempfile.mkdtemp(prefix="a2rl-fake-bwrap-"))
+    try:
+        shown.chmod(0o755)
+        fake = shown / "bwrap"
+        fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+        fake.chmod(0o755)
+        with pytest.raises(SandboxUnavailableError, match=r"No permissions to create new.*--no-sandbox"):
+            check_bubblewrap({"PATH": "", "A2RL_BWRAP": str(fake)})
+    finally:
+        shutil.rmtree(shown)
 
 
 # --- real sandboxes ------------------------------------------------------------------------------
@@ -170,6 +223,7 @@ def box(tmp_path: Path) -> Iterator[Box]:
         private=[private, Path.home()],
     )
     api = ThreadingUnixStreamServer(str(sandbox.api_socket), _Api)
+    sandbox.grant_sockets()
     host = socket.socket()
     host.bind(("127.0.0.1", 0))
     host.listen(8)
@@ -199,6 +253,7 @@ def run_agent(
         cwd=box.ws,
         log_path=box.root / "agent.log",
         sandboxed=True,
+        preexec=box.sandbox.preexec,
     )
     outcome = AgentSupervisor(launch).run(budget, grace)
     return outcome, (box.root / "agent.log").read_text()
@@ -232,6 +287,18 @@ out["caps"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("
 out["remount"] = os.system("mount -o remount,rw,bind / 2>/dev/null") != 0
 out["userns"] = os.system("unshare -U true 2>/dev/null") != 0
 out["shadow"] = attempt(lambda: open("/etc/shadow").read()) if os.path.exists("/etc/shadow") else ""
+# Host root's moves: a crash handler in kernel.core_pattern, any other sysctl, root-only keys.
+def opens_for_writing(path):  # opening is the test: nothing is written
+    return attempt(lambda: os.close(os.open(path, os.O_WRONLY)) or "opened")
+out["core_pattern"] = opens_for_writing("/proc/sys/kernel/core_pattern")
+out["sysrq"] = opens_for_writing("/proc/sysrq-trigger")
+sysctls = [os.path.join(d, f) for d, _, fs in os.walk("/proc/sys") for f in fs]
+out["sysctls"] = len(sysctls)
+out["sysctls_writable"] = [p for p in sysctls if os.access(p, os.W_OK)]
+out["snakeoil"] = attempt(lambda: open("/etc/ssl/private/ssl-cert-snakeoil.key").read() and "read")
+out["etc"] = sorted(os.listdir("/etc"))
+out["users"] = [line.split(":")[0] for line in open("/etc/passwd")]
+out["uid"] = os.getuid()
 print("PROBE " + json.dumps(out))
 """
 
@@ -256,8 +323,26 @@ def test_the_agent_sees_only_its_workspace_toolchain_and_the_grading_api(box: Bo
     assert seen["code_write"] == "written"
     assert int(seen["caps"], 16) == 0
     assert seen["remount"] is True and seen["userns"] is True
-    assert seen["shadow"] in ("", "PermissionError")  # masked by an unreadable node
+    assert seen["shadow"] == ""  # not there at all: /etc is an allow-list
+    # Never host root, whoever runs `a2rl run`: no kernel setting, no root-only host file.
+    assert seen["uid"] != 0 and seen["uid"] == (box.sandbox.identity or Identity(os.getuid(), 0)).uid
+    assert seen["core_pattern"] in ("PermissionError", "OSError"), seen["core_pattern"]
+    assert seen["sysrq"] in ("PermissionError", "OSError", "FileNotFoundError"), seen["sysrq"]
+    # Writable: only the settings of the sandbox's own IPC and PID namespaces (message queues,
+    # semaphores, shared memory; its pid numbering), which it owns and which reach nothing outside.
+    assert seen["sysctls"] > 100
+    assert {p for p in seen["sysctls_writable"] if not OWN_NAMESPACE_SYSCTL.match(p)} == set()
+    assert seen["snakeoil"] in ("FileNotFoundError", "PermissionError")
+    for secret in ("shadow", "gshadow", "sudoers", "ssh", "pip.conf", "npmrc", "machine-id", "hostname"):
+        assert secret not in seen["etc"]
+    assert {"ld.so.cache", "passwd", "hosts", "ssl"} <= set(seen["etc"])
+    assert seen["users"] == ["root", "agent", "nobody"]  # the sandbox's own, not the host's users
 
+
+OWN_NAMESPACE_SYSCTL = re.compile(
+    r"/proc/sys/(fs/mqueue/\w+|kernel/(msgmax|msgmnb|msgmni|msg_next_id|auto_msgmni|sem|sem_next_id|shmall"
+    r"|shmmax|shmmni|shm_next_id|shm_rmid_forced|ns_last_pid|pid_max))$"
+)
 
 FORKER = r"""
 import os, sys, time

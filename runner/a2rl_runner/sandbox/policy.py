@@ -1,13 +1,21 @@
 """What the local sandbox shows the agent, and the bubblewrap command line that enforces it (pure).
 
 The agent runs in its own user, mount, PID, network, IPC and UTS namespaces with no capabilities
-and no way to create another user namespace. Its file system is built from nothing: the system
-directories and the toolchain read-only, the workspace writable except the base model and the
-data, a private `/tmp` and home, fresh `/proc` and `/dev`. Its network is a loopback interface
-only; the grading API (and later the driver gateway) reach it through the relay
-(`a2rl_runner.sandbox.relay`), which listens on loopback ports inside and forwards to Unix
-sockets the runner mounts at `SOCKET_DIR`. Everything else of the machine — other processes,
-the store, the caches, held-out data, the user's home, tmux and ssh-agent sockets — is absent.
+and no way to create another user namespace; when the runner is root, bubblewrap itself runs as
+a dedicated unprivileged uid (`a2rl_runner.sandbox.identity`), so the agent is never host root.
+Its file system is built from nothing: the system directories, an allow-list of `/etc` entries
+(`ETC_ALLOWED`, plus a `passwd`, `group` and `hosts` of its own) and the toolchain read-only, the
+workspace writable except the base model and the data, a private `/tmp` and home, fresh `/proc`
+and `/dev`. Its network is a loopback interface only; the grading API and the driver gateway
+reach it through the relay (`a2rl_runner.sandbox.relay`), which listens on loopback ports inside
+and forwards to Unix sockets the runner mounts at `SOCKET_DIR`. Everything else of the machine —
+other processes, the store, the caches, held-out data, the user's home, tmux and ssh-agent
+sockets, root-only files under `/etc` — is absent.
+
+A bind names its source by its host path, or by a path the runner staged it at
+(`bwrap_argv(sources=…)`): a bubblewrap that runs unprivileged cannot reach a source under a
+directory only root may enter (`/root/.a2rl/workspaces/…`), so a root runner binds each source
+into a staging directory it can enter (`a2rl_runner.sandbox.staging`).
 """
 
 from __future__ import annotations
@@ -22,9 +30,23 @@ SOCKET_DIR = "/run/a2rl"
 #: The agent's home inside the sandbox (backed by the run's scratch directory).
 AGENT_HOME = "/home/agent"
 #: System directories shown read-only (a link on the host, e.g. merged /usr, stays a link).
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-#: Files under /etc that only matter to someone after the host's secrets.
-MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers")
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: The `/etc` entries shown (read-only, where present): what programs need to start, find shared
+#: libraries, read locales, time zones and CA certificates, and run login shells (`bash -lc`).
+#: Nothing else of the host's `/etc` (shadow, ssh and TLS private keys, pip/npm credentials, the
+#: host's users and name) is in the sandbox. A trailing `*` matches by prefix.
+ETC_ALLOWED = (
+    "alternatives", "bash.bashrc", "ca-certificates", "ca-certificates.conf", "debian_version",
+    "fonts", "gai.conf", "host.conf", "inputrc", "java-*", "ld.so.cache", "ld.so.conf",
+    "ld.so.conf.d", "locale.alias", "localtime", "magic", "magic.mime", "mime.types",
+    "nsswitch.conf", "os-release", "profile", "profile.d", "protocols", "python3*", "services",
+    "shells", "ssl/certs", "ssl/openssl.cnf", "terminfo", "timezone", "OpenCL", "vulkan",
+    "nvidia*", "glvnd",
+)  # fmt: skip
+#: `/etc` files the sandbox gets of its own instead of the host's (`etc_files`).
+ETC_GENERATED = ("passwd", "group", "hosts")
+#: The agent's user name inside (`passwd`).
+AGENT_USER = "agent"
 #: GPU device nodes passed through when present (NVIDIA, DRM render nodes).
 GPU_DEVICE_GLOBS = ("nvidia*", "nvidia-caps", "dri")
 
@@ -60,12 +82,45 @@ class SandboxPolicy:
     #: Host paths that exist as symlinks (merged /usr): shown as the same links.
     system_links: dict[str, str] = field(default_factory=dict)
     system_dirs: tuple[str, ...] = ()
-    #: Files inside the system directories hidden behind /dev/null (those of MASKED_FILES present).
-    masked: tuple[str, ...] = ()
+    #: Host `/etc` entries shown read-only (those of ETC_ALLOWED present).
+    etc_entries: tuple[str, ...] = ()
+    #: (path inside, host file) of the `/etc` files the sandbox gets of its own (ETC_GENERATED).
+    etc_files: tuple[tuple[str, Path], ...] = ()
+    #: Size of the `/dev/shm` tmpfs (None: the kernel's default, half the machine's memory).
+    shm_bytes: int | None = None
 
 
-def bwrap_argv(bwrap: str, policy: SandboxPolicy, inner: Sequence[str]) -> list[str]:
-    """The full command line: bubblewrap with `policy`, running `inner` inside."""
+def bind_sources(policy: SandboxPolicy) -> list[str]:
+    """Every host path `bwrap_argv` binds, in order (what `sources` replaces)."""
+    return [src for _flag, src, _dest in _binds(policy)]
+
+
+def _binds(policy: SandboxPolicy) -> list[tuple[str, str, str]]:
+    """(flag, host path, path inside) of every bind, in mount order."""
+    binds = [("--ro-bind", d, d) for d in policy.system_dirs]
+    binds += [("--ro-bind", e, e) for e in policy.etc_entries]
+    binds += [("--ro-bind", str(host), inside) for inside, host in policy.etc_files]
+    # Later mounts cover earlier ones: /tmp first, so that a toolchain file or the workspace
+    # under the host's /tmp still shows through.
+    binds += [
+        ("--bind", str(policy.scratch / "tmp"), "/tmp"),
+        ("--bind", str(policy.scratch / "home"), AGENT_HOME),
+    ]
+    binds += [("--ro-bind", str(tool), str(tool)) for tool in _outermost(policy.toolchain)]
+    binds.append(("--bind", str(policy.workspace), str(policy.workspace)))
+    binds += [("--ro-bind", str(fixed), str(fixed)) for fixed in policy.read_only_in_workspace]
+    binds.append(("--ro-bind", str(policy.socket_dir), SOCKET_DIR))
+    return binds
+
+
+def bwrap_argv(
+    bwrap: str, policy: SandboxPolicy, inner: Sequence[str], sources: Sequence[str] | None = None
+) -> list[str]:
+    """The full command line: bubblewrap with `policy`, running `inner` inside. `sources`: one
+    path per `bind_sources(policy)` entry, in order, bound instead of the host paths."""
+    binds = _binds(policy)
+    if sources is not None and len(sources) != len(binds):
+        raise ValueError(f"{len(sources)} sources for {len(binds)} binds")
     argv = [
         bwrap,
         "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
@@ -76,35 +131,34 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, inner: Sequence[str]) -> list[
         "--new-session",
         "--hostname", "a2rl-sandbox",
     ]  # fmt: skip
-    for system_dir in policy.system_dirs:
-        argv += ["--ro-bind", system_dir, system_dir]
     for link, target in sorted(policy.system_links.items()):
         argv += ["--symlink", target, link]
-    for masked in policy.masked:
-        argv += ["--ro-bind", "/dev/null", masked]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    if policy.shm_bytes is not None:
+        argv += ["--size", str(policy.shm_bytes)]
+    argv += ["--tmpfs", "/dev/shm"]
     for device in policy.devices:
         argv += ["--dev-bind-try", str(device), str(device)]
     if policy.devices:  # CUDA reads PCI topology from /sys
         argv += ["--ro-bind-try", "/sys", "/sys"]
-    # Later mounts cover earlier ones: /tmp first, so that a toolchain file or the workspace
-    # under the host's /tmp still shows through.
-    argv += [
-        "--bind",
-        str(policy.scratch / "tmp"),
-        "/tmp",
-        "--bind",
-        str(policy.scratch / "home"),
-        AGENT_HOME,
-    ]
-    for tool in _outermost(policy.toolchain):
-        argv += ["--ro-bind", str(tool), str(tool)]
-    argv += ["--bind", str(policy.workspace), str(policy.workspace)]
-    for fixed in policy.read_only_in_workspace:
-        argv += ["--ro-bind", str(fixed), str(fixed)]
-    argv += ["--ro-bind", str(policy.socket_dir), SOCKET_DIR]
+    for i, (flag, src, dest) in enumerate(binds):
+        argv += [flag, src if sources is None else sources[i], dest]
     argv += ["--chdir", str(policy.cwd), "--", *inner]
     return argv
+
+
+def etc_file_texts(uid: int, gid: int) -> dict[str, str]:
+    """The sandbox's own `passwd`, `group` and `hosts`: root, nobody, and the agent (`uid`, home
+    AGENT_HOME); loopback names only."""
+    return {
+        "passwd": (
+            "root:x:0:0:root:/root:/bin/sh\n"
+            f"{AGENT_USER}:x:{uid}:{gid}:a2rl agent:{AGENT_HOME}:/bin/bash\n"
+            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        ),
+        "group": f"root:x:0:\n{AGENT_USER}:x:{gid}:\nnogroup:x:65534:\n",
+        "hosts": "127.0.0.1\tlocalhost a2rl-sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+    }
 
 
 def relay_argv(python: str, relays: Iterable[Relay], agent_argv: Sequence[str]) -> list[str]:
