@@ -35,9 +35,6 @@ from a2rl.constants import (
     ENV_RUN_START,
     ENV_RUN_TIMEOUT,
     ENV_RUN_UID,
-    ENV_S3_ACCESS_KEY,
-    ENV_S3_ENDPOINT,
-    ENV_S3_SECRET_KEY,
     ENV_SEED,
     ENV_STORE_URI,
     ENV_TASK,
@@ -49,9 +46,20 @@ from a2rl.store.layout import RunLayout
 from a2rl.workspace import Workspace
 
 PYTHON_NAMES = ("python", "python3")
-# Never handed to the agent: store credentials and the runner's own configuration.
-_PRIVATE_ENV_PREFIXES = ("A2RL_", "AWS_")
-_PRIVATE_ENV = (ENV_S3_ENDPOINT, ENV_S3_ACCESS_KEY, ENV_S3_SECRET_KEY, "AWS_SESSION_TOKEN")
+#: What an agent inherits of the runner's environment, by name; everything else (provider keys
+#: such as `spec.driver.apiKeyEnv`'s, `HF_TOKEN`, `GITHUB_TOKEN`, store credentials, the runner's
+#: own `A2RL_*` configuration) never reaches it. Who and where (the sandbox replaces HOME, USER
+#: and LOGNAME with its own), locale and terminal, time zone, thread counts
+#: and numeric-library switches (OpenBLAS needs its own on some processors), GPU selection, and
+#: the model hubs' offline switches.
+AGENT_INHERITED_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "COLORTERM", "NO_COLOR",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+    "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "TOKENIZERS_PARALLELISM",
+)  # fmt: skip
+#: … and the locale categories.
+AGENT_INHERITED_ENV_PREFIXES = ("LC_",)
 # Recorder variables set only when the run sets them (`recorder_contract_env`).
 _OPTIONAL_RECORDER_ENV = (ENV_MAX_SUBMISSIONS, ENV_EVAL_LIMIT)
 
@@ -77,9 +85,12 @@ def resolve_agent_argv(command: list[str], args: list[str], *, cwd: Path | None 
 
 
 def agent_base_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The runner's environment minus what the agent must not see (store credentials, A2RL_*)."""
+    """What the agent inherits of the runner's environment: the allow-listed variables
+    (`AGENT_INHERITED_ENV`), never anything else."""
     return {
-        k: v for k, v in environ.items() if not k.startswith(_PRIVATE_ENV_PREFIXES) and k not in _PRIVATE_ENV
+        k: v
+        for k, v in environ.items()
+        if k in AGENT_INHERITED_ENV or k.startswith(AGENT_INHERITED_ENV_PREFIXES)
     }
 
 
@@ -100,7 +111,8 @@ def agent_contract_env(spec: BenchRunSpec, ws: Workspace, grading_url: str) -> d
 def agent_env(
     spec: BenchRunSpec, ws: Workspace, grading_url: str, environ: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """Inherited environment < defaults < `spec.agent.env` < the contract variables (never overridable)."""
+    """The allow-listed inherited variables < defaults < `spec.agent.env` < the contract variables
+    (never overridable)."""
     env = agent_base_env(os.environ if environ is None else environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update({var.name: var.value for var in spec.agent.env})

@@ -58,6 +58,20 @@ HOSTILE = textwrap.dedent(
         except OSError:
             pass
     report("store_keys_in_proc", any(b"A2RL_STORE" in e or b"A2RL_HELDOUT" in e for e in environs))
+    # The runner's secrets, under the names they really have.
+    report("secrets_in_env", sorted(set(json.loads(os.environ["RUNNER_SECRETS"])) & set(os.environ)))
+    # Host root's moves: a crash handler in kernel.core_pattern (opening it is the test: nothing
+    # is written), a root-only private key, the host's accounts.
+    def opened_for_writing(path):
+        try:
+            os.close(os.open(path, os.O_WRONLY))
+            return "opened"
+        except OSError as exc:
+            return type(exc).__name__
+    report("core_pattern", opened_for_writing("/proc/sys/kernel/core_pattern"))
+    report("uid", os.getuid())
+    report("snakeoil", os.path.exists("/etc/ssl/private/ssl-cert-snakeoil.key"))
+    report("shadow", os.path.exists("/etc/shadow"))
     target = heldouts[0]
 
     # code/ becomes a link to the held-out data; so does run_meta.json.
@@ -122,10 +136,19 @@ def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_hostile_agent_in_the_sandbox_gets_nothing(
-    tmp_path: Path, store_dir: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, store_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     heldouts = _heldout_dirs()
+    runner_secrets = {
+        "TOGETHER_API_KEY": "tgp_v1_Xb4kR9mQ2wLz7TnVc5Hs8JdYf1Ga6Ue3Po0iKqMrNt",
+        "HF_TOKEN": "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",
+        "GITHUB_TOKEN": "ghp_4fK9sLm2QxV7bN1cR8tY3wZ6pJ0hGdE5uAi",
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY",
+    }
+    for name, value in runner_secrets.items():
+        monkeypatch.setenv(name, value)
     env = {
+        "RUNNER_SECRETS": json.dumps(list(runner_secrets)),
         "HELDOUTS": json.dumps(heldouts),
         "STORE": str(store_dir),
         "CACHE": str(paths.cache_dir()),
@@ -137,6 +160,11 @@ def test_a_hostile_agent_in_the_sandbox_gets_nothing(
     seen = _lines(out, "HOSTILE")
     assert seen["sees_heldout"] == [] and seen["sees_store"] is False and seen["sees_cache"] is False
     assert seen["store_keys_in_proc"] is False
+    assert seen["secrets_in_env"] == []  # the environment is an allow-list, not a filter
+    assert seen["core_pattern"] in ("PermissionError", "OSError") and seen["uid"] != 0
+    assert seen["snakeoil"] is False and seen["shadow"] is False
+    assert not any(v.encode() in (store_dir / outcome.prefix / "logs" / "agent.log").read_bytes()
+                   for v in runner_secrets.values())  # fmt: skip
 
     status, body, _ = seen["linked"]
     assert status == 400 and "output/linked/extra" in body["error"], body

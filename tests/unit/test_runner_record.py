@@ -99,6 +99,30 @@ def test_agent_env_contract_wins_and_secrets_stay_out() -> None:
     assert "AWS_SECRET_ACCESS_KEY" not in env and "A2RL_STORE_URI" not in env
 
 
+def test_the_agent_inherits_an_allow_list_not_a_filtered_environment() -> None:
+    """What a researcher's shell really holds: provider keys under their own names (the one
+    `spec.driver.apiKeyEnv` names among them), hub and forge tokens, cloud and database secrets."""
+    run = _run(agent={"command": ["python"], "env": [{"name": "WANDB_MODE", "value": "offline"}]})
+    secrets = {
+        "TOGETHER_API_KEY": "tgp_v1_Xb4kR9mQ2wLz7TnVc5Hs8JdYf1Ga6Ue3Po0iKqMrNt",
+        "OPENAI_API_KEY": "sk-proj-9fKq2LmX7wRtZ4vB1nC8sD3eF6gH0jA5",
+        "ANTHROPIC_API_KEY": "sk-ant-api03-Zx8Qw2Lm5Rt9Yv3Bn7Cs1Df4Gh6Jk0",
+        "HF_TOKEN": "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",
+        "GITHUB_TOKEN": "ghp_4fK9sLm2QxV7bN1cR8tY3wZ6pJ0hGdE5uAi",
+        "WANDB_API_KEY": "0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e",
+        "DATABASE_URL": "postgres://admin:hunter2@db.internal:5432/prod",
+        "GOOGLE_APPLICATION_CREDENTIALS": "/root/.config/gcloud/sa.json",
+        "SSH_AUTH_SOCK": "/tmp/ssh-XXXX/agent.1234",
+        "KUBECONFIG": "/root/.kube/config",
+    }
+    kept = {"PATH": "/usr/bin:/bin", "HOME": "/root", "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1"}
+    env = agent_env(run.spec, WS, "http://127.0.0.1:5555", {**secrets, **kept})
+    assert not set(secrets) & set(env)
+    assert not any(value in "".join(env.values()) for value in secrets.values())
+    assert {k: env[k] for k in kept} == kept
+    assert env["WANDB_MODE"] == "offline"  # what the BenchRun asks for is the agent's
+
+
 def test_recorder_env() -> None:
     run = _run(evaluation={"limit": 50})
     env = recorder_env(
