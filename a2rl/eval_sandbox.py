@@ -59,6 +59,16 @@ BWRAP_FLAGS = (
 #: The eval process's uid and gid inside (mapped to the launcher's own). Not 0: a task's code
 #: sandbox then isolates generated programs with an unprivileged user namespace of its own.
 SANDBOX_UID = 1000
+#: The kernel's settings, read-only over the fresh /proc. A root launcher's eval process (and the
+#: programs a model generates for HumanEval) is host root by its uid, capabilities dropped or not:
+#: `kernel.core_pattern` (a program run as root on the next crash) and every other sysctl would be
+#: writable through a plain /proc.
+KERNEL_SETTINGS_READ_ONLY = (
+    "--ro-bind", "/proc/sys", "/proc/sys",
+    "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
+    "--ro-bind-try", "/proc/irq", "/proc/irq",
+    "--ro-bind-try", "/proc/bus", "/proc/bus",
+)  # fmt: skip
 
 
 def physical_memory_bytes() -> int:
@@ -166,7 +176,8 @@ def eval_bwrap_argv(
     `store`: `store_binds` arguments; `hidden`: directories replaced by an empty tmpfs."""
     argv = [bwrap, *BWRAP_FLAGS, "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     argv += ["--share-net" if share_net else "--unshare-net", "--ro-bind", "/", "/"]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(shm_bytes), "--tmpfs", "/dev/shm"]
+    argv += ["--proc", "/proc", *KERNEL_SETTINGS_READ_ONLY]
+    argv += ["--dev", "/dev", "--size", str(shm_bytes), "--tmpfs", "/dev/shm"]
     for device in devices:
         argv += ["--dev-bind-try", str(device), str(device)]
     for path in writable:

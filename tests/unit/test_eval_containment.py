@@ -234,6 +234,19 @@ for name, path in (("own", sys.argv[2]), ("other", sys.argv[3]), ("home", sys.ar
     except OSError as exc:
         out[name] = exc.strerror
 out["keys"] = sorted(os.listdir(sys.argv[5])) if os.path.isdir(sys.argv[5]) else None
+# A generated program's move as host root: a crash handler in kernel.core_pattern, any sysctl.
+# Opening for writing is the test: nothing is written.
+def opened(path):
+    try:
+        os.close(os.open(path, os.O_WRONLY))
+        return "opened"
+    except OSError as exc:
+        return type(exc).__name__
+out["core_pattern"] = opened("/proc/sys/kernel/core_pattern")
+out["sysrq"] = opened("/proc/sysrq-trigger")
+sysctls = [os.path.join(d, f) for d, _, fs in os.walk("/proc/sys") for f in fs]
+out["sysctls"] = len(sysctls)
+out["sysctls_writable"] = [p for p in sysctls if opened(p) == "opened"]
 print(json.dumps(out))
 """
 
@@ -274,6 +287,10 @@ def test_the_eval_sandbox_has_no_network_and_writes_only_its_run(tmp_path: Path)
     assert seen["home"] == "Read-only file system"
     assert seen["keys"] == []  # the machine keys are hidden from a submission's evaluation
     assert seen["uid"] != 0
+    # Host root by its uid when the runner is root: the kernel's settings are read-only all the same.
+    assert seen["core_pattern"] in ("OSError", "PermissionError"), seen["core_pattern"]
+    assert seen["sysrq"] in ("OSError", "PermissionError", "FileNotFoundError"), seen["sysrq"]
+    assert seen["sysctls"] > 100 and seen["sysctls_writable"] == []
 
 
 def _accept(server: socket.socket) -> None:
