@@ -8,7 +8,8 @@ its own ServiceAccount (the chart's RBAC) and grading on:
 - an eval pod's store keys, as the pod gets them from its Secret, are its own: with them a parser
   exploit cannot read another run, list the bucket, read held-out data or overwrite another
   submission's result (real MinIO refuses), yet the real `fetch-heldout` and `a2rl eval submission`
-  processes work with them; the keys die when the eval Job has finished.
+  processes work with them; the keys die when the eval Job has finished, the run's held-out
+  reader when the run is deleted.
 
 The store endpoint is given to the operator as a host name (`localhost`), as an in-cluster
 Service name would be, so that it must be pinned.
@@ -25,7 +26,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from a2rl.constants import LABEL_COMPONENT, LABEL_RUN_UID
+from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, LABEL_COMPONENT, LABEL_RUN_UID
 from a2rl.models.tiny import build_tiny_model
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
@@ -44,6 +45,7 @@ from tests.support.grading_support import (
     wait_state,
 )
 from tests.support.operator_support import RESTRICTED, persistent_volumes, wait_run
+from tests.testenv.controlplane import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.minio]
 
@@ -191,3 +193,18 @@ def test_an_eval_pods_keys_reach_its_own_submission_only(
     wait_state(admin, ns, f"{name}-00001", "Succeeded", timeout=60)
     with pytest.raises(Exception, match="InvalidAccessKeyId"):  # the finished pod's keys are gone
         pod_store.get_bytes(layout.submission_manifest(1))
+    assert fetch_store.get_bytes(f"{heldout.rsplit('/', 1)[0]}/manifest.json")  # the run's reader lives on
+
+    # Deleting the run: the finalizer removes every store user of the run that is left.
+    client.CustomObjectsApi(admin).delete_namespaced_custom_object(
+        API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL, name
+    )
+
+    def reader_gone() -> bool:
+        try:
+            fetch_store.get_bytes(heldout)
+        except Exception as exc:
+            return "InvalidAccessKeyId" in str(exc)
+        return False
+
+    wait_for(reader_gone, timeout=60, what="the run's held-out reader removed by the finalizer")
