@@ -61,7 +61,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         dest="scoped_store_credentials",
         action="store_false",
         default=None,
-        help="give recorders the operator's store keys instead of a per-run user limited to the run's prefix",
+        help="give recorders and grading pods the operator's store keys instead of users of their own",
     )
     p.add_argument("--workspace-size", help="size of each workspace PVC (default 20Gi)")
     p.add_argument("--storage-class", help="storage class of workspace PVCs")
