@@ -7,6 +7,7 @@ description of the API.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -104,6 +105,20 @@ Quantity = Annotated[
         json_schema_extra={X_INT_OR_STRING: True},
     ),
 ]
+
+
+_QUANTITY_UNITS = {
+    "": 1, "m": 0.001, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+}  # fmt: skip
+
+
+def quantity_value(quantity: str) -> float:
+    """A Kubernetes quantity (`QUANTITY_PATTERN`) as a number: `8Gi` → 8589934592, `500m` → 0.5."""
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(m|k|Ki|Mi|Gi|Ti|M|G|T)?", quantity.strip())
+    if match is None:
+        raise ValueError(f"not a quantity: {quantity!r}")
+    return float(match.group(1)) * _QUANTITY_UNITS[match.group(2) or ""]
 
 
 class ConditionStatus(StrEnum):

@@ -67,6 +67,8 @@ from a2rl.workspace import (
 from a2rl_runner.agent_stack import StackRun
 from a2rl_runner.driver_usage import driver_line, metered, read_driver_summary
 from a2rl_runner.printing import fmt_score, progress_line, summarize, summary_lines
+from a2rl_runner.sandbox.limits import AgentLimits, LimitWatch, agent_limits, contain_agent
+from a2rl_runner.sandbox.limits import describe as describe_limits
 from a2rl_runner.sandbox.policy import AGENT_HOME
 from a2rl_runner.sandbox.setup import Bubblewrap, RunSandbox, check_bubblewrap
 from a2rl_runner.services import RecorderProcess, free_port, last_line
@@ -75,6 +77,7 @@ from a2rl_runner.supervisor import (
     AgentLaunch,
     AgentOutcome,
     AgentSupervisor,
+    EndReason,
 )
 
 PROGRESS_EVERY_S = 10.0
@@ -137,10 +140,14 @@ class _Prepared:
     stack: StackRun | None = None
     baseline: ResultRecord | None = None
     workspace: Workspace | None = None
+    #: The agent's limits and their mechanism (`a2rl_runner.sandbox.limits.describe`), once set.
+    limits_label: str | None = None
 
     @property
     def sandbox_label(self) -> str:
-        return self.bwrap.version if self.bwrap is not None else NO_SANDBOX
+        """What isolated the agent, and its limits once the agent starts (`run.json`'s `sandbox`)."""
+        label = self.bwrap.version if self.bwrap is not None else NO_SANDBOX
+        return f"{label}; limits: {self.limits_label}" if self.limits_label else label
 
 
 class _Printer:
@@ -363,7 +370,13 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
     env = envs.agent_env(spec, ws, grading_url)
     argv = prep.argv
     stack = prep.stack
-    sandbox = _sandbox(prep, port, cwd) if prep.bwrap is not None else None
+    wanted = agent_limits(spec.resources)
+    sandbox = _sandbox(prep, port, cwd, wanted) if prep.bwrap is not None else None
+    box = sandbox.containment if sandbox is not None else None
+    if box is None:
+        box = contain_agent(f"agent-{prep.layout.uid}", wanted, own_uid=False)
+    prep.limits_label = describe_limits(box, wanted)
+    watch = LimitWatch(box, wanted.disk_bytes, [ws.root, _scratch(ws)])
     if stack is not None:
         home = sandbox.home if sandbox is not None else _scratch(ws) / "home"
         argv, env = stack.command(ws.root, env, home, AGENT_HOME if sandbox is not None else str(home))
@@ -372,6 +385,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         say(f"[a2rl] sandbox: {prep.sandbox_label} (only the workspace and the grading API are visible)")
     else:
         say(NO_SANDBOX_WARNING)
+    say(f"[a2rl] agent limits: {prep.limits_label}")
 
     start = time.time()  # the agent's clock: recorder start-up counts against the budget
     update_run_meta(ws.root, start_time=start, timeout_s=budget)
@@ -400,7 +414,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         log_path=prep.logs_dir / "agent.log",
         console_prefix="agent | " if progress else None,
         sandboxed=sandbox is not None,
-        preexec=sandbox.preexec if sandbox is not None else None,
+        preexec=sandbox.preexec if sandbox is not None else box.preexec,
     )
     supervisor = AgentSupervisor(
         launch,
@@ -431,7 +445,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
                     spec.budget.grace_seconds,
                     on_tick=_ticker(recorder, start, budget, say),
                     tick_s=PROGRESS_EVERY_S,
-                    stop_when=stack.budget_spent if stack is not None else None,
+                    stop_when=_first_reason(stack.budget_spent if stack is not None else None, watch),
                 )
                 agent_span.set_attribute("a2rl.agent.end_reason", outcome.end_reason)
         except A2rlError as exc:
@@ -461,6 +475,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
             stack.kill()
         if sandbox is not None:
             sandbox.cleanup()
+        box.close()
     update_run_meta(ws.root, end_time=ended)
     _write_run_json(
         prep,
@@ -515,7 +530,16 @@ def _agent_label(prep: _Prepared) -> str:
     return " ".join(prep.argv) if prep.stack is None else prep.stack.label
 
 
-def _sandbox(prep: _Prepared, port: int, cwd: Path) -> RunSandbox:
+def _first_reason(*checks: Callable[[], EndReason | None] | None) -> Callable[[], EndReason | None]:
+    """A `stop_when` that gives the first reason any of `checks` has."""
+
+    def check() -> EndReason | None:
+        return next((r for c in checks if c is not None and (r := c()) is not None), None)
+
+    return check
+
+
+def _sandbox(prep: _Prepared, port: int, cwd: Path, wanted: AgentLimits) -> RunSandbox:
     """The run's sandbox: the workspace (base model and data read-only), the grading API, and for
     an agent stack its install and the driver gateway."""
     assert prep.bwrap is not None and prep.workspace is not None
@@ -533,6 +557,8 @@ def _sandbox(prep: _Prepared, port: int, cwd: Path) -> RunSandbox:
         scratch=_scratch(ws),
         private=[paths.home(), paths.cache_dir(), Path.home(), prep.heldout_dir, prep.logs_dir, *store_root],
         run_uid=prep.layout.uid,
+        shm_bytes=wanted.shm_bytes,
+        containment=contain_agent(f"agent-{prep.layout.uid}", wanted, own_uid=os.geteuid() == 0),
     )
 
 

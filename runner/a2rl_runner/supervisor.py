@@ -35,12 +35,24 @@ from typing import IO, Literal
 from a2rl.constants import ENV_AGENT_SESSION
 from a2rl_runner import procs
 
-EndReason = Literal["completed", "deadline_exceeded", "failed", "driver_budget_exhausted"]
+EndReason = Literal[
+    "completed",
+    "deadline_exceeded",
+    "failed",
+    "driver_budget_exhausted",
+    "memory_limit_exceeded",
+    "process_limit_exceeded",
+    "disk_limit_exceeded",
+]
 COMPLETED: EndReason = "completed"
 DEADLINE_EXCEEDED: EndReason = "deadline_exceeded"
 FAILED: EndReason = "failed"
 #: Local spelling of the cluster's `DriverBudgetExhausted`: the driver gateway refused further calls.
 DRIVER_BUDGET_EXHAUSTED: EndReason = "driver_budget_exhausted"
+#: The agent hit one of its limits (`a2rl_runner.sandbox.limits`).
+MEMORY_LIMIT_EXCEEDED: EndReason = "memory_limit_exceeded"
+PROCESS_LIMIT_EXCEEDED: EndReason = "process_limit_exceeded"
+DISK_LIMIT_EXCEEDED: EndReason = "disk_limit_exceeded"
 #: How often `run` asks `stop_when` whether to end the agent early.
 _STOP_POLL_S = 0.5
 

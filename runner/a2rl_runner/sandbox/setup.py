@@ -24,7 +24,7 @@ from pathlib import Path
 
 from a2rl.constants import ENV_BWRAP
 from a2rl.errors import A2rlError
-from a2rl.limits import Limits, RlimitContainment
+from a2rl.limits import Containment, Limits, RlimitContainment
 from a2rl_runner.sandbox.identity import Identity, hand_over, sandbox_identity
 from a2rl_runner.sandbox.policy import (
     AGENT_HOME,
@@ -110,11 +110,13 @@ def named_files(argv: Sequence[str], cwd: Path) -> list[Path]:
     return found
 
 
-def become(identity: Identity | None) -> Callable[[], None] | None:
-    """A `preexec_fn` that makes the child `identity` (groups cleared); None: stay as we are."""
+def become(identity: Identity | None, box: Containment | None = None) -> Callable[[], None] | None:
+    """A `preexec_fn` that puts the child in `box` (its limits) and then makes it `identity`
+    (groups cleared); None: nothing to do."""
     if identity is None:
-        return None
-    return RlimitContainment("identity", Limits()).preexec_fn(uid=identity.uid, gid=identity.gid)
+        return box.preexec if box is not None else None
+    box = box or RlimitContainment("identity", Limits())
+    return box.preexec_fn(uid=identity.uid, gid=identity.gid)
 
 
 def etc_entries(etc: str = "/etc") -> tuple[str, ...]:
@@ -146,10 +148,12 @@ class RunSandbox:
         policy: SandboxPolicy,
         private_dirs: Iterable[Path],
         identity: Identity | None = None,
+        containment: Containment | None = None,
     ) -> None:
         self.bwrap = bwrap
         self.policy = policy
         self.identity = identity
+        self.containment = containment
         self._private_dirs = tuple(private_dirs)
         self._stage: SourceStage | None = None
 
@@ -183,11 +187,13 @@ class RunSandbox:
         gateway_port: int | None = None,
         run_uid: str | None = None,
         shm_bytes: int | None = None,
+        containment: Containment | None = None,
     ) -> RunSandbox:
         """Build the policy; raises `A2rlError` when the toolchain would expose `private` paths
         (the store, the caches, held-out data, the user's home). `gateway_port`: also relay that
         loopback port to the driver gateway's socket (`gateway_socket`). `run_uid` chooses a root
-        runner's sandbox uid (`sandbox_identity`); `shm_bytes` sizes `/dev/shm`."""
+        runner's sandbox uid (`sandbox_identity`); `shm_bytes` sizes `/dev/shm`; `containment`
+        holds the agent's limits (its tree joins it before it drops privileges)."""
         toolchain = (*python_toolchain(), *named_files(agent_argv, cwd), *extra_toolchain)
         if clashes := exposed_private(toolchain, private):
             tool, secret = clashes[0]
@@ -226,7 +232,7 @@ class RunSandbox:
             etc_files=tuple(etc_files),
             shm_bytes=shm_bytes,
         )
-        return cls(bwrap, policy, (socket_dir, scratch), identity)
+        return cls(bwrap, policy, (socket_dir, scratch), identity, containment)
 
     def wrap(self, agent_argv: Sequence[str]) -> list[str]:
         """The sandboxed command line. With an identity of its own (a root runner) its bind
@@ -243,9 +249,9 @@ class RunSandbox:
 
     @property
     def preexec(self) -> Callable[[], None] | None:
-        """Popen `preexec_fn` of the wrapped command (after `wrap`): bind the staged sources, then
-        become the sandbox's identity (None when the runner is not root)."""
-        stage, drop = self._stage, become(self.identity)
+        """Popen `preexec_fn` of the wrapped command (after `wrap`): bind the staged sources, join
+        the containment, then become the sandbox's identity (None: nothing to do)."""
+        stage, drop = self._stage, become(self.identity, self.containment)
         if stage is None or drop is None:
             return drop
 
