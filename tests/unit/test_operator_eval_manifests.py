@@ -59,7 +59,8 @@ from tests.support.pss import restricted_violations
 UID = "0b7c1f7e-1111-2222-3333-444455556666"
 SUB_UID = "9d9d9d9d-1111-2222-3333-444455556666"
 STORE = "s3://runs/a2rl"
-HELDOUT_KEY = "data/arith/2-seed0/heldout"
+# The staged layout data/<task>/<data version>-seed<seed>/heldout, at arith's current data version.
+HELDOUT_KEY = f"data/arith/{get_task('arith').data_version}-seed0/heldout"
 GRADING = GradingConfig(grader_image="ghcr.io/a2rl/grader:0.1.0", eval_timeout_s=900,
                         eval_env={ENV_JUDGE_BASE_URL: "http://judge:8000/v1"})  # fmt: skip
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

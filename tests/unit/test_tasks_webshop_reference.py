@@ -166,8 +166,8 @@ def test_same_model_gives_the_references_prompts_and_score(staged: StagedArtifac
     # `action: click[…]` until the step limit), whatever the goals are.
     won = [d["instruction"] for d in corrected.details if d["success"]]
     assert result.correct == sum(1 for instruction in won if len(instruction) % 3 != 0) < len(won)
-    # The goals of this file's secret: a2rl 11 of 12 (1 wrong product), the reference 5.
-    assert (round(result.score, 2), round(corrected.score, 2)) == (41.67, 91.67)
+    # The goals of this file's secret: a2rl 10 of 12 (2 wrong products), the reference 9.
+    assert (round(result.score, 2), round(corrected.score, 2)) == (75.0, 83.33)
 
 
 def test_history_pairs_each_action_with_the_page_after_it() -> None:
