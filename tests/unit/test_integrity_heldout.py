@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from a2rl_tasks import get_task
 from a2rl_tasks.alfworld import catalog, generator
-from a2rl_tasks.arith import data as arith
 from a2rl_tasks.arith.data import generate
 from a2rl_tasks.common.jsonl import read_jsonl
 from a2rl_tasks.staging import cached_dir, heldout_seed, stage_cached
@@ -157,33 +156,13 @@ def test_two_machines_stage_different_heldout_sets(
 # The attack (issue 17): every secret `arith` held-out item lay in a 1,000-content reserve that the
 # agent computed from the public code and SEED, so it could train on the whole reserve. Each test
 # below runs what the agent can run — the public generators with SEED, the default held-out seed
-# and guessed ones, and enumerations the size of that old reserve and more — and measures how
-# much of the real held-out set (staged with the secret) it covers.
+# and guessed ones, and enumerations of what public code generates — and measures how much of
+# the real held-out set (staged with the secret) it covers. (`arith` itself is still open: its
+# two-digit space, the one a tiny model learns on a CPU, is small enough to enumerate whole;
+# docs/tasks.md.)
 
 #: Held-out seeds an agent would try: the public default (SEED) and small integers.
 GUESSED_SEEDS = (SEED, *range(1, 20), 42, 1234, 2**31 - 1)
-
-
-def test_arith_heldout_cannot_be_enumerated_from_public_code_and_seed(cache_dir: Path) -> None:
-    staged = stage_cached("arith", seed=SEED)
-    real = {(r["a"], r["op"], r["b"]) for r in read_jsonl(staged.heldout_dir / "heldout.jsonl")}
-    assert len(real) == arith.N_HELDOUT
-    train = arith.train_contents(SEED)  # the agent's own train split, regenerated
-    computed: set[tuple[int, str, int]] = set()
-    for guess in GUESSED_SEEDS:
-        computed |= {(c.a, c.op, c.b) for c in arith.heldout_contents(guess, train)}
-    # Every question of the old task's whole space (two numbers below 100): 15,050 contents.
-    computed |= {(a, "+", b) for a in range(100) for b in range(100)}
-    computed |= {(a, "-", b) for a in range(100) for b in range(a + 1)}
-    covered = len(real & computed)
-    # K computed contents cover about K / space of the held-out set (here ~1.7 %): negligible.
-    assert covered <= 0.05 * len(real), (covered, len(computed))
-    assert arith.space_size() >= 2_000 * arith.N_HELDOUT
-    # The held-out contents follow the train distribution: half per operation, operands over the
-    # whole range (not a corner of it an agent could enumerate).
-    ops = [c[1] for c in real]
-    assert ops.count("+") == ops.count("-") == arith.N_HELDOUT // 2
-    assert sum(max(c[0], c[2]) >= 100 for c in real) >= 0.9 * len(real)
 
 
 def test_webshop_heldout_targets_cannot_be_enumerated_from_public_code_and_seed(cache_dir: Path) -> None:

@@ -1,26 +1,26 @@
 """Deterministic generation of `arith` items (GSM8K format) with a content-disjoint held-out split.
 
-An item's *content* is `(a, op, b)`, drawn from a space of about 1.5 million (`space_size()`:
-operands 0..`MAX_OPERAND`). The train split's contents come from the public `seed`; the held-out
-split's contents (and their phrasings and order) are drawn from the same distribution with
-`heldout_seed`, which staging derives from a secret (`a2rl_tasks.staging`), and any content the
-train split holds is drawn again. So no held-out question, in any phrasing, has its numbers and
-operation in the training data, and the held-out set is no subset of anything smaller than the
-whole space that public code and the public `SEED` compute: the agent can regenerate the train
-split, not the held-out one, and the space is about 3,000 times the held-out set (a computation
-of K contents from public code covers about K / `space_size()` of it).
+An item's *content* is `(a, op, b)`. A reserve of contents (twice the held-out size) is drawn
+first from the public `seed`; train items are drawn only from the remaining contents, so no
+question in the held-out split — in any phrasing — has its numbers and operation in the training
+data. The held-out items themselves (which reserved contents, their phrasings, their order) are
+drawn from `heldout_seed`, which staging derives from a secret (`a2rl_tasks.staging`): public
+code and the public `SEED` regenerate the train split, not the held-out one.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 OPS = ("+", "-")
-MAX_OPERAND = 999
+MAX_OPERAND = 99
 N_TRAIN = 20_000
 N_HELDOUT = 500
+#: Contents reserved for the held-out split, per held-out item (the secret seed picks among them).
+RESERVE_FACTOR = 2
 
 _NAMES = ("Ava", "Ben", "Chloe", "David", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jack", "Kenji", "Lena")
 _ITEMS = ("apples", "books", "coins", "marbles", "stickers", "pencils", "cookies", "tickets")
@@ -55,19 +55,11 @@ class Content:
         return self.a + self.b if self.op == "+" else self.a - self.b
 
 
-def space_size() -> int:
-    """How many contents there are: a + b with a, b in 0..MAX_OPERAND, and a - b with a >= b."""
-    n = MAX_OPERAND + 1
-    return n * n + n * (n + 1) // 2
-
-
-def draw_content(rng: random.Random, op: str) -> Content:
-    """One content of operation `op`: operands uniform in 0..MAX_OPERAND (for `-`, the larger first,
-    so no answer is negative). Train and held-out contents come from this same distribution."""
-    a, b = rng.randint(0, MAX_OPERAND), rng.randint(0, MAX_OPERAND)
-    if op == "-" and b > a:
-        a, b = b, a
-    return Content(a, op, b)
+def content_space() -> list[Content]:
+    """Every (a, op, b): a + b with a, b in 0..99, and a - b with a >= b (no negative answers)."""
+    space = [Content(a, "+", b) for a in range(MAX_OPERAND + 1) for b in range(MAX_OPERAND + 1)]
+    space += [Content(a, "-", b) for a in range(MAX_OPERAND + 1) for b in range(a + 1)]
+    return space
 
 
 def answer_text(c: Content) -> str:
@@ -93,30 +85,27 @@ def _per_op(n: int) -> list[int]:
     return [n // len(OPS) + (1 if i < n % len(OPS) else 0) for i in range(len(OPS))]
 
 
-def draw_contents(rng: random.Random, n: int, exclude: frozenset[Content] = frozenset()) -> list[Content]:
-    """`n` distinct contents (half per operation, in random order), none of them in `exclude`."""
+def split_contents(seed: int, n_heldout: int = N_HELDOUT) -> tuple[list[Content], list[Content]]:
+    """(reserved contents, remaining contents) for the public `seed`: `RESERVE_FACTOR` times
+    `n_heldout` reserved, half per operation."""
+    rng = random.Random(f"arith-split-{seed}")
+    by_op = {op: [c for c in content_space() if c.op == op] for op in OPS}
+    reserve: list[Content] = []
+    for op, k in zip(OPS, _per_op(n_heldout), strict=True):
+        reserve += rng.sample(by_op[op], min(k * RESERVE_FACTOR, len(by_op[op])))
+    taken = set(reserve)
+    rest = [c for c in content_space() if c not in taken]
+    return reserve, rest
+
+
+def heldout_contents(reserve: list[Content], heldout_seed: int, n_heldout: int = N_HELDOUT) -> list[Content]:
+    """`n_heldout` of the reserved contents (half per operation), chosen by `heldout_seed`."""
+    rng = random.Random(f"arith-heldout-{heldout_seed}")
     chosen: list[Content] = []
-    seen = set(exclude)
-    for op, k in zip(OPS, _per_op(n), strict=True):
-        got = 0
-        while got < k:
-            c = draw_content(rng, op)
-            if c not in seen:
-                seen.add(c)
-                chosen.append(c)
-                got += 1
+    for op, k in zip(OPS, _per_op(n_heldout), strict=True):
+        chosen += rng.sample([c for c in reserve if c.op == op], k)
     rng.shuffle(chosen)
     return chosen
-
-
-def train_contents(seed: int, n_train: int = N_TRAIN) -> list[Content]:
-    """The train split's contents: public (`seed` only)."""
-    return draw_contents(random.Random(f"arith-train-contents-{seed}"), n_train)
-
-
-def heldout_contents(heldout_seed: int, train: list[Content], n_heldout: int = N_HELDOUT) -> list[Content]:
-    """The held-out split's contents: drawn with `heldout_seed`, none of them in `train`."""
-    return draw_contents(random.Random(f"arith-heldout-contents-{heldout_seed}"), n_heldout, frozenset(train))
 
 
 def generate(
@@ -124,18 +113,31 @@ def generate(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train rows, held-out rows). Agent-visible train rows keep only id/question/answer.
 
-    Train rows depend on `seed` only; held-out rows on `heldout_seed` (default: `seed`, which is
-    what anyone with the public code and seed can regenerate; staging passes a secret one)."""
-    train_c = train_contents(seed, n_train)
+    Train rows depend on `seed` only; held-out rows on `heldout_seed` too (default: `seed`,
+    which is what anyone with the public code and seed can regenerate)."""
+    reserve, rest = split_contents(seed, n_heldout)
     held_seed = seed if heldout_seed is None else heldout_seed
     held_rng = random.Random(f"arith-heldout-items-{held_seed}")
     heldout = [
         make_item(c, held_rng, item_id=f"arith-heldout-{i + 1:05d}")
-        for i, c in enumerate(heldout_contents(held_seed, train_c, n_heldout))
+        for i, c in enumerate(heldout_contents(reserve, held_seed, n_heldout))
     ]
     rng = random.Random(f"arith-items-{seed}")
-    train = [_public(make_item(c, rng, item_id=f"arith-train-{i + 1:06d}")) for i, c in enumerate(train_c)]
+    train = [
+        _public(make_item(c, rng, item_id=f"arith-train-{i + 1:06d}"))
+        for i, c in enumerate(_train_contents(rest, n_train, rng))
+    ]
     return train, heldout
+
+
+def _train_contents(rest: list[Content], n: int, rng: random.Random) -> Iterator[Content]:
+    # Each remaining content once (shuffled) before any repeats, so coverage is even.
+    produced = 0
+    while produced < n:
+        order = list(rest)
+        rng.shuffle(order)
+        yield from order[: n - produced]
+        produced += min(len(order), n - produced)
 
 
 def _public(item: dict[str, Any]) -> dict[str, Any]:
