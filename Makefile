@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 A2RL := $(VENV)/bin/a2rl
 
-.PHONY: venv sandbox-deps demo test test-unit lint typecheck crds lock testenv clean
+.PHONY: venv sandbox-deps demo test test-unit test-secret-check test-under-load lint typecheck crds lock testenv clean
 
 venv:
 	@hack/venv
@@ -28,6 +28,16 @@ test: venv sandbox-deps
 # The unit tier alone (no control plane, no MinIO, no training): a few minutes.
 test-unit: venv sandbox-deps
 	$(PY) -m pytest tests/unit
+
+# Finds tests whose expected figures hold for one held-out secret only: the unit tier with a fresh
+# random secret (tests/conftest.py prints it, A2RL_TEST_HELDOUT_SECRET=<hex> repeats the session).
+test-secret-check: venv sandbox-deps
+	A2RL_TEST_HELDOUT_SECRET=random $(PY) -m pytest tests/unit
+
+# Finds tests that hold on an idle machine only: the e2e tier with two CPU-bound processes beside it.
+test-under-load: venv sandbox-deps
+	hack/testenv build
+	hack/under-load 2 -- $(PY) -m pytest tests/e2e
 
 lint: venv
 	$(PY) -m ruff check .
