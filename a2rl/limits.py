@@ -213,7 +213,8 @@ class RlimitContainment(Containment):
 
 
 class _CgroupContainment(Containment):
-    """Shared part of the two cgroup mechanisms: joining, killing and removing directories."""
+    """Shared part of the two cgroup mechanisms: joining, telling a limit hit, killing and removing
+    directories."""
 
     def __init__(self, name: str, limits: Limits, dirs: list[Path]) -> None:
         super().__init__(name, limits)
@@ -222,6 +223,14 @@ class _CgroupContainment(Containment):
         self._procs_files = [str(d / "cgroup.procs").encode() for d in dirs]
         self._plan = _rlimit_plan(limits, with_memory=False, with_processes=False)
         self._closed = False
+
+    def exceeded(self) -> str | None:
+        used = self.usage()
+        if used.oom_kills:
+            return EXCEEDED_MEMORY
+        if used.process_refusals:
+            return EXCEEDED_PROCESSES
+        return None
 
     def preexec(self) -> None:
         pid = str(os.getpid()).encode()
@@ -342,14 +351,6 @@ class CgroupV1Containment(_CgroupContainment):
             process_refusals=_read_keyed(self.pids_dir / "pids.events", "max"),
         )
 
-    def exceeded(self) -> str | None:
-        used = self.usage()
-        if used.oom_kills:
-            return EXCEEDED_MEMORY
-        if used.process_refusals:
-            return EXCEEDED_PROCESSES
-        return None
-
 
 class CgroupV2Containment(_CgroupContainment):
     mechanism = MECHANISM_CGROUP_V2
@@ -409,14 +410,6 @@ class CgroupV2Containment(_CgroupContainment):
             oom_kills=_read_keyed(self.path / "memory.events", "oom_kill"),
             process_refusals=_read_keyed(self.path / "pids.events", "max"),
         )
-
-    def exceeded(self) -> str | None:
-        used = self.usage()
-        if used.oom_kills:
-            return EXCEEDED_MEMORY
-        if used.process_refusals:
-            return EXCEEDED_PROCESSES
-        return None
 
     def _kill_all(self) -> None:
         kill_file = self.path / "cgroup.kill"  # Linux 5.14+: the whole tree at once, race-free

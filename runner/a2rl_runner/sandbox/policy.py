@@ -47,8 +47,6 @@ ETC_ALLOWED = (
 ETC_GENERATED = ("passwd", "group", "hosts")
 #: The agent's user name inside (`passwd`).
 AGENT_USER = "agent"
-#: GPU device nodes passed through when present (NVIDIA, DRM render nodes).
-GPU_DEVICE_GLOBS = ("nvidia*", "nvidia-caps", "dri")
 
 
 @dataclass(frozen=True)

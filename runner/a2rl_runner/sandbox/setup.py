@@ -24,13 +24,13 @@ from pathlib import Path
 
 from a2rl.constants import ENV_BWRAP
 from a2rl.errors import A2rlError
+from a2rl.eval_sandbox import gpu_devices
 from a2rl.limits import Containment, Limits, RlimitContainment
 from a2rl_runner.sandbox.identity import Identity, hand_over, sandbox_identity
 from a2rl_runner.sandbox.policy import (
     AGENT_HOME,
     AGENT_USER,
     ETC_ALLOWED,
-    GPU_DEVICE_GLOBS,
     SYSTEM_DIRS,
     Relay,
     SandboxPolicy,
@@ -122,10 +122,6 @@ def become(identity: Identity | None, box: Containment | None = None) -> Callabl
 def etc_entries(etc: str = "/etc") -> tuple[str, ...]:
     """The host's `/etc` entries that ETC_ALLOWED lets through (those present)."""
     return tuple(sorted({p for pattern in ETC_ALLOWED for p in glob.glob(f"{etc}/{pattern}")}))
-
-
-def gpu_devices(dev: str = "/dev") -> tuple[Path, ...]:
-    return tuple(sorted(Path(p) for pattern in GPU_DEVICE_GLOBS for p in glob.glob(f"{dev}/{pattern}")))
 
 
 def system_layout() -> tuple[tuple[str, ...], dict[str, str]]:
