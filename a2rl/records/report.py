@@ -36,6 +36,8 @@ class ReportRun(Record):
     mode: str | None = None
     #: What isolated the agent (run.json's `sandbox`): "none" means `--no-sandbox`.
     sandbox: str | None = None
+    #: The agent's limits (run.json's `agent_limits`); set only for runs that record them.
+    agent_limits: str | None = None
     base_model: BaseModelRef | None = None
     agent: AgentRef | None = None
     driver: dict[str, Any] | None = None

@@ -70,6 +70,9 @@ class RunRecord(Record):
     #: What isolated the agent: e.g. "bubblewrap 0.8.0" (local sandbox), "pod" (cluster), or
     #: "none" (`a2rl run --no-sandbox`: the report warns).
     sandbox: str | None = None
+    #: The agent's limits in local mode and how they are enforced (`a2rl_runner.sandbox.limits`),
+    #: e.g. "mechanism cgroup-v1, memory 8.0 GiB, processes 4096, …"; None where nothing says.
+    agent_limits: str | None = None
 
 
 def run_record(
@@ -86,15 +89,19 @@ def run_record(
     sandbox: str | None = None,
     driver_tokens: int | None = None,
     driver_cost_usd: float | None = None,
+    agent_limits: str | None = None,
 ) -> RunRecord:
     """The run.json document of the shared contract (times are epoch seconds in, ISO 8601 out).
-    `driver_tokens`/`driver_cost_usd` (what the driver gateway metered) are written when given."""
+    `driver_tokens`/`driver_cost_usd` (what the driver gateway metered) and `agent_limits` are
+    written when given."""
     spec = run.spec
     metered: dict[str, Any] = {}
     if driver_tokens is not None:
         metered["driver_tokens"] = driver_tokens
     if driver_cost_usd is not None:
         metered["driver_cost_usd"] = driver_cost_usd
+    if agent_limits is not None:
+        metered["agent_limits"] = agent_limits
     return RunRecord(
         name=layout.name,
         namespace=layout.namespace,

@@ -145,9 +145,7 @@ class _Prepared:
 
     @property
     def sandbox_label(self) -> str:
-        """What isolated the agent, and its limits once the agent starts (`run.json`'s `sandbox`)."""
-        label = self.bwrap.version if self.bwrap is not None else NO_SANDBOX
-        return f"{label}; limits: {self.limits_label}" if self.limits_label else label
+        return self.bwrap.version if self.bwrap is not None else NO_SANDBOX
 
 
 class _Printer:
@@ -606,6 +604,7 @@ def _write_run_json(prep: _Prepared, **times: Any) -> None:
         base_model_digest=prep.model_digest,
         evaluator_version=prep.evaluator_version,
         sandbox=prep.sandbox_label,
+        agent_limits=prep.limits_label,
         **times,
         **metered(read_driver_summary(prep.store, prep.layout)),
     )

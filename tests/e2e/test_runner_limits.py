@@ -75,7 +75,9 @@ def test_a_limit_hit_ends_the_run_with_its_reason_and_loses_nothing(
     assert end_reason == reason, out[-3000:]
     assert "submitted 1" in out and "[a2rl] agent limits: mechanism" in out
     run_json = json.loads((run_dir / "run.json").read_text())
-    assert run_json["end_reason"] == reason and "limits: mechanism" in run_json["sandbox"]
+    assert run_json["end_reason"] == reason and run_json["agent_limits"].startswith("mechanism ")
     assert outcome.scores.valid_submissions == 1  # type: ignore[attr-defined]
     report = json.loads((run_dir / "report" / "report.json").read_text())
     assert report["run"]["end_reason"] == reason and report["total_submissions"] == 1
+    assert report["run"]["agent_limits"] == run_json["agent_limits"]
+    assert f"| Agent limits | {run_json['agent_limits']} |" in (run_dir / "report" / "report.md").read_text()

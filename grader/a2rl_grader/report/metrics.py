@@ -251,7 +251,7 @@ def run_section(history: RunHistory) -> ReportRun:
     record = history.run.record
     layout = history.run.layout
     wall, cap = _budget(history)
-
+    limits = {"agent_limits": record.agent_limits} if record.agent_limits is not None else {}
     return ReportRun(
         prefix=layout.prefix,
         namespace=layout.namespace,
@@ -271,6 +271,7 @@ def run_section(history: RunHistory) -> ReportRun:
         ended_at=iso(history.run.ended_at),
         end_reason=history.run.end_reason,
         agent_exit_code=record.agent_exit_code,
+        **limits,
     )
 
 

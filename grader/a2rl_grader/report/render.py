@@ -93,6 +93,7 @@ def summary_rows(report: ReportRecord) -> list[list[str]]:
         shown = " ".join(map(str, command)) if command is not None else fmt(image)
     # Rows only runs recorded after these fields existed have (older reports stay byte-identical).
     protocol = [["Evaluation protocol", run.protocol]] if run.protocol else []
+    limits = [["Agent limits", run.agent_limits]] if run.agent_limits else []
     return [
         ["Run", str(run.prefix)],
         ["Task", fmt(run.task)],
@@ -101,6 +102,7 @@ def summary_rows(report: ReportRecord) -> list[list[str]]:
         ["Agent", shown],
         ["Mode", fmt(run.mode)],
         ["Sandbox", fmt(run.sandbox)],
+        *limits,
         ["Started", fmt(run.started_at)],
         ["Ended", f"{fmt(run.ended_at)} ({fmt(run.end_reason)})"],
         ["Agent exit code", fmt(run.agent_exit_code)],
