@@ -9,13 +9,15 @@ command of a list or pipeline, first match wins over the whole command:
   name the grading API's `/submit`;
 - **training**: `torchrun`, `deepspeed`, `accelerate launch`, `trl …`, `llamafactory-cli train`,
   `tune run`, or `python` running a script or module whose name says training (`train`, `sft`,
-  `dpo`, `grpo`, `ppo`, `finetune`), also under `nohup`, `timeout N`, `uv run`, `env`, …;
+  `dpo`, `grpo`, `ppo`, `finetune`), also under `nohup`, `setsid`, `timeout N`, `uv run`, `env`,
+  …, and inside a `sh -c '…'` (a detached training: `(setsid sh -c 'python train.py' &)`);
 - **edit**: a file written by the shell (`cat > f`, `tee f`, `sed -i`, `patch`, `apply_patch`);
 - **shell** otherwise.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
@@ -142,12 +144,25 @@ def _is_edit(words: list[str]) -> bool:
     return name in ("cat", "printf", "echo") and any(w in (">", ">>", ">|") for w in words)
 
 
+def _inner_script(words: list[str]) -> str | None:
+    """The script of a shell run as `sh -c SCRIPT` (or `-lc`), else None."""
+    if not words or os.path.basename(words[0]) not in SHELLS:
+        return None
+    for flag, script in itertools.pairwise(words[1:]):
+        if flag in ("-c", "-lc"):
+            return script
+    return None
+
+
 def command_kind(command: str) -> str:
     """`training`, `submission`, `edit` or `shell` for one shell command line (module docstring)."""
     kinds = set()
     for words in simple_commands(unwrap(command)):
         program = _program(words)
-        if _is_submission(program):
+        inner = _inner_script(program)
+        if inner is not None:
+            kinds.add(command_kind(inner))
+        elif _is_submission(program):
             kinds.add(SUBMISSION)
         elif _is_training(program):
             kinds.add(TRAINING)

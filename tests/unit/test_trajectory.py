@@ -152,6 +152,15 @@ def test_other_tools_by_name() -> None:
         ("python -u train_sft.py --lr 1e-5 > log.txt 2>&1 &", "training"),
         ("CUDA_VISIBLE_DEVICES=0 nohup timeout 3600 python code/grpo.py", "training"),
         ("cd code && (python train.py > out.log 2>&1 &)", "training"),
+        # Detached through a shell of its own, as the stack e2e and real agents do.
+        (
+            '(setsid sh -c \'python3 code/train.py > train.log 2>&1; echo "finished, exit code $?" '
+            "> train.done' </dev/null >/dev/null 2>&1 &); while [ ! -f train.done ]; do sleep 2; done",
+            "training",
+        ),
+        ("nohup bash -lc 'cd code && python sft.py' &", "training"),
+        ("sh -c 'curl -s -X POST $GRADING_SERVER_URL/submit -d {}'", "submission"),
+        ("sh -c 'ls -la && du -sh output'", "shell"),
         ("torchrun --nproc_per_node 2 run.py", "training"),
         ("accelerate launch --num_processes 1 run.py", "training"),
         ("python -m trl sft --model_name_or_path models/base", "training"),
