@@ -149,7 +149,10 @@ def test_stage_to_store_and_fetch_back(tmp_path: Path, capsys: pytest.CaptureFix
     code, out, _ = run(capsys, "data", "stage", "webshop", "--store", uri, "--json")
     assert code == 0
     keys = json.loads(out)["store"]
-    assert keys["heldout"]["key"].endswith("data/webshop/2+reference-seed0/heldout")  # data per protocol
+    version = get_task("webshop").data_version  # "<data version>+<protocol>": data per protocol
+    assert (
+        keys["heldout"]["key"].endswith(f"data/webshop/{version}-seed0/heldout") and "+reference" in version
+    )
     prefix = store_prefix(get_task("webshop"), 0)
     manifest = fetch_artifact(open_store(uri), f"{prefix}/heldout", tmp_path / "fetched")
     assert manifest.digest == keys["heldout"]["digest"]
