@@ -66,10 +66,11 @@ TRAIN_COMMAND = (
     "while [ ! -f train.done ]; do sleep 2; done; tail -n 3 train.log"
 )
 #: Waits up to 2 minutes (within every stack's shell timeout) and says where the training is;
-#: played again until it prints TRAINING_ENDED (a text the command itself does not contain).
+#: played again until it prints TRAINING_ENDED (a text the command itself does not contain). No
+#: command substitution: Gemini CLI refuses to run a command that has one.
 WAIT_COMMAND = (
-    "for i in $(seq 1 24); do [ -f train.done ] && break; sleep 5; done; "
-    "if [ -f train.done ]; then printf 'training %s\\n' \"$(cat train.done)\"; tail -n 3 train.log; "
+    f"for i in {' '.join(str(i) for i in range(1, 25))}; do [ -f train.done ] && break; sleep 5; done; "
+    "if [ -f train.done ]; then printf 'training '; cat train.done; tail -n 3 train.log; "
     "else echo 'training still running'; tail -n 1 train.log; fi"
 )
 TRAINING_ENDED = "training finished"

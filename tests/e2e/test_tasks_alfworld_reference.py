@@ -281,4 +281,11 @@ def test_reference_staging_of_generated_games_uses_the_official_layout(tmp_path:
     for game in games:  # <type>-<Object>-None-<Receptacle>-<scene>/trial_…/game.tw-pddl
         assert reference.reference_prefix("/".join(game.parts[:2])) is not None
         assert game.parts[1].startswith("trial_") and len(game.parts) == 3
-    assert task.data_version == "2+reference" and task.evaluator_version == "alfworld-1+reference"
+    # Both protocols' versions are the task's own, each marked with its protocol.
+    ours = get_task("alfworld", protocol=PROTOCOL_A2RL)
+    for theirs_v, ours_v in (
+        (task.data_version, ours.data_version),
+        (task.evaluator_version, ours.evaluator_version),
+    ):
+        assert theirs_v.endswith("+reference") and ours_v.endswith("+a2rl")
+        assert theirs_v.removesuffix("+reference") == ours_v.removesuffix("+a2rl")

@@ -30,9 +30,11 @@ call*: it gets `side_text`, or for a Gemini JSON-schema request the smallest JSO
 A tool result saying the command still runs (Codex: `Process running with session ID N`;
 OpenHands: `[The command has no new output after …]`) is waited on with the stack's own tool
 (`write_stdin`, an empty `terminal` command) before the next step is played. A step with `until`
-is played again while its result lacks that text: how a script waits, with bounded shell loops,
-for a command that the stack moved to the background or stopped waiting for (Claude Code moves
-a command still running at its timeout to the background; `Step.timeout_s` sets that timeout).
+is played again while its result lacks that text (each time as `: check N; <command>`, so that
+no stack's loop detection takes the polls for a model stuck in a loop): how a script waits, with
+bounded shell loops, for a command that the stack moved to the background or stopped waiting
+for (Claude Code moves a command still running at its timeout to the background; Gemini CLI
+cancels one silent for 5 minutes; `Step.timeout_s` sets a stack's timeout where it takes one).
 
 **Errors.** `DriverServer(fail_after=N, fail_status=S, fail_message=M)` answers every model call
 after N answers with S and M in the provider's own error shape, and no usage: what a gateway
@@ -173,14 +175,27 @@ class Script:
         """The step to play after these tool results (stateless: read from the conversation). A
         result saying its command still runs completes nothing; a result of an `until` step that
         lacks its text plays that step again."""
-        k = 0
+        return self.position(results)[0]
+
+    def position(self, results: list[str]) -> tuple[int, int]:
+        """The step to play after these tool results, and how often it was played already."""
+        k = played = 0
         for result in results:
             if still_running(result) is not None:
                 continue
             until = self.steps[k].until if k < len(self.steps) else None
             if until is None or until in result:
-                k += 1
-        return k
+                k, played = k + 1, 0
+            else:
+                played += 1
+        return k, played
+
+    def command_of(self, index: int, played: int) -> str:
+        """Step `index`'s command; played again, it says which time (`: check 2; …`), so that a
+        stack's loop detection (Gemini CLI stops a turn after a few identical tool calls) sees
+        distinct calls, as it would from a model that polls."""
+        command = self.steps[index].command
+        return f": check {played + 1}; {command}" if played else command
 
     def step_usage(self, index: int) -> Usage:
         if index < len(self.steps):
@@ -627,7 +642,7 @@ class DriverServer:
         if shell is None:
             return Turn("side", self.script.side_usage, text=self.script.side_text), tools, results
         # Step k is done when its result (or the last poll's) says the command ended.
-        k = self.script.step_of(results)
+        k, played = self.script.position(results)
         call_id = f"call_a2rl_{len(results)}"
         wait = still_running(results[-1]) if results else None
         if wait is not None and wait[0] in by_name:
@@ -637,11 +652,12 @@ class DriverServer:
             turn = Turn("final", self.script.step_usage(k), text=self.script.final_text, step=k)
             return turn, tools, results
         step = self.script.steps[k]
+        command = self.script.command_of(k, played)
         if shell.kind == "local_shell":
-            call = ToolCall(call_id, "local_shell", {"command": ["bash", "-lc", step.command]}, "local_shell")
+            call = ToolCall(call_id, "local_shell", {"command": ["bash", "-lc", command]}, "local_shell")
         else:
             timeout_s = self.script.timeout_s if step.timeout_s is None else step.timeout_s
-            call = ToolCall(call_id, shell.name, shell_arguments(shell.schema, step.command, timeout_s))
+            call = ToolCall(call_id, shell.name, shell_arguments(shell.schema, command, timeout_s))
         return Turn("step", self.script.step_usage(k), call=call, step=k), tools, results
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:

@@ -394,7 +394,8 @@ def test_an_until_step_is_played_again_until_its_result_says_so() -> None:
             commands.append(reply["content"][0]["input"])
     assert [c["command"] for c in commands] == [
         "python3 train.py",
-        *["sleep 5; cat train.done"] * 2,
+        "sleep 5; cat train.done",
+        ": check 2; sleep 5; cat train.done",
         "curl submit",
     ]
     assert commands[0]["timeout"] == 5000 and commands[1]["timeout"] == 600000  # ms, the tool's maximum
