@@ -369,111 +369,115 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
     argv = prep.argv
     stack = prep.stack
     wanted = agent_limits(spec.resources)
-    sandbox = _sandbox(prep, port, cwd, wanted) if prep.bwrap is not None else None
-    box = sandbox.containment if sandbox is not None else None
-    if box is None:
-        box = contain_agent(f"agent-{prep.layout.uid}", wanted, own_uid=False)
-    prep.limits_label = describe_limits(box, wanted)
-    watch = LimitWatch(box, wanted.disk_bytes, [ws.root, _scratch(ws)])
-    if stack is not None:
-        home = sandbox.home if sandbox is not None else _scratch(ws) / "home"
-        argv, env = stack.command(ws.root, env, home, AGENT_HOME if sandbox is not None else str(home))
-    if sandbox is not None:
-        argv, env = sandbox.wrap(argv), sandbox.agent_env(env)
-        say(f"[a2rl] sandbox: {prep.sandbox_label} (only the workspace and the grading API are visible)")
-    else:
-        say(NO_SANDBOX_WARNING)
-    say(f"[a2rl] agent limits: {prep.limits_label}")
-
-    start = time.time()  # the agent's clock: recorder start-up counts against the budget
-    update_run_meta(ws.root, start_time=start, timeout_s=budget)
-    _write_run_json(prep, started_at=start)
-    recorder = RecorderProcess(
-        envs.recorder_env(
-            spec=spec,
-            store_uri=prep.store.uri,
-            layout=prep.layout,
-            ws=ws,
-            port=port,
-            start_epoch=start,
-            base_model_digest=prep.model_digest,
-            heldout_dir=prep.heldout_dir,
-        )
-        | ({ENV_RECORDER_SOCKET: str(sandbox.api_socket)} if sandbox is not None else {})
-        | current_trace_env(),  # the recorder's spans are children of the run's root span
-        port,
-        prep.logs_dir / "recorder.log",
-        run_key=prep.run_key,
-    )
-    launch = AgentLaunch(
-        argv=argv,
-        env=env,
-        cwd=ws.root if sandbox is not None else cwd,  # bubblewrap enters `cwd` itself
-        log_path=prep.logs_dir / "agent.log",
-        console_prefix="agent | " if progress else None,
-        sandboxed=sandbox is not None,
-        preexec=sandbox.preexec if sandbox is not None else box.preexec,
-    )
-    supervisor = AgentSupervisor(
-        launch,
-        protected=lambda: [p for p in (recorder.pid, stack.gateway_pid if stack else None) if p is not None],
-    )
-    error: A2rlError | None = None
-    outcome: AgentOutcome | None = None
-    try:
-        try:
-            say(f"[a2rl] starting the grading server on {grading_url}")
-            with span("recorder_start"):
-                recorder.start()
-            if stack is not None:
-                stack.start_gateway(
-                    store_uri=prep.store.uri,
-                    run_prefix=prep.layout.prefix,
-                    socket_path=sandbox.gateway_socket if sandbox is not None else None,
-                    log_path=prep.logs_dir / "gateway.log",
-                    say=say,
-                )
-            if sandbox is not None:
-                sandbox.grant_sockets()
-            say(f"[a2rl] starting the agent: {_agent_label(prep)} (budget {budget} s)")
-            remaining = max(start + budget - time.time(), 0.0)
-            with span("agent") as agent_span:
-                outcome = supervisor.run(
-                    remaining,
-                    spec.budget.grace_seconds,
-                    on_tick=_ticker(recorder, start, budget, say),
-                    tick_s=PROGRESS_EVERY_S,
-                    stop_when=_first_reason(stack.budget_spent if stack is not None else None, watch),
-                )
-                agent_span.set_attribute("a2rl.agent.end_reason", outcome.end_reason)
-        except A2rlError as exc:
-            error = exc
-        except KeyboardInterrupt:
-            supervisor.stop(min(spec.budget.grace_seconds, 5))
-            code = supervisor.poll() if supervisor.pid else None
-            outcome = AgentOutcome(
-                exit_code=code, end_reason=FAILED, duration_s=time.time() - start, interrupted=True
-            )
-        if outcome is None:
-            outcome = AgentOutcome(exit_code=None, end_reason=FAILED, duration_s=time.time() - start)
-        if outcome.interrupted:
-            say("[a2rl] interrupted: agent stopped; recording what was submitted")
-        else:
-            say(f"[a2rl] agent ended: {outcome.end_reason} (exit code {outcome.exit_code})")
-        ended = time.time()
+    # What the sandbox and the limits hold (cgroups, staged mounts, scratch) is released however
+    # this ends, from here on: a failure before the agent starts (a stack's start-up files, the
+    # recorder's construction) leaves nothing behind.
+    with contextlib.ExitStack() as held:
+        sandbox = _sandbox(prep, port, cwd, wanted, held) if prep.bwrap is not None else None
+        box = sandbox.containment if sandbox is not None else None
+        if box is None:
+            box = contain_agent(f"agent-{prep.layout.uid}", wanted, own_uid=False)
+            held.callback(box.close)
+        prep.limits_label = describe_limits(box, wanted)
+        watch = LimitWatch(box, wanted.disk_bytes, [ws.root, _scratch(ws)])
         if stack is not None:
-            stack.stop()
-        with span("recorder_stop"):
-            _stop_recorder(recorder, say)
-    finally:
-        # Whatever went wrong above, no process of this run outlives it.
-        supervisor.stop(0)
-        recorder.kill()
-        if stack is not None:
-            stack.kill()
+            home = sandbox.home if sandbox is not None else _scratch(ws) / "home"
+            argv, env = stack.command(ws.root, env, home, AGENT_HOME if sandbox is not None else str(home))
         if sandbox is not None:
-            sandbox.cleanup()
-        box.close()
+            argv, env = sandbox.wrap(argv), sandbox.agent_env(env)
+            say(f"[a2rl] sandbox: {prep.sandbox_label} (only the workspace and the grading API are visible)")
+        else:
+            say(NO_SANDBOX_WARNING)
+        say(f"[a2rl] agent limits: {prep.limits_label}")
+
+        start = time.time()  # the agent's clock: recorder start-up counts against the budget
+        update_run_meta(ws.root, start_time=start, timeout_s=budget)
+        _write_run_json(prep, started_at=start)
+        recorder = RecorderProcess(
+            envs.recorder_env(
+                spec=spec,
+                store_uri=prep.store.uri,
+                layout=prep.layout,
+                ws=ws,
+                port=port,
+                start_epoch=start,
+                base_model_digest=prep.model_digest,
+                heldout_dir=prep.heldout_dir,
+            )
+            | ({ENV_RECORDER_SOCKET: str(sandbox.api_socket)} if sandbox is not None else {})
+            | current_trace_env(),  # the recorder's spans are children of the run's root span
+            port,
+            prep.logs_dir / "recorder.log",
+            run_key=prep.run_key,
+        )
+        launch = AgentLaunch(
+            argv=argv,
+            env=env,
+            cwd=ws.root if sandbox is not None else cwd,  # bubblewrap enters `cwd` itself
+            log_path=prep.logs_dir / "agent.log",
+            console_prefix="agent | " if progress else None,
+            sandboxed=sandbox is not None,
+            preexec=sandbox.preexec if sandbox is not None else box.preexec,
+        )
+        supervisor = AgentSupervisor(
+            launch,
+            protected=lambda: [
+                p for p in (recorder.pid, stack.gateway_pid if stack else None) if p is not None
+            ],
+        )
+        error: A2rlError | None = None
+        outcome: AgentOutcome | None = None
+        try:
+            try:
+                say(f"[a2rl] starting the grading server on {grading_url}")
+                with span("recorder_start"):
+                    recorder.start()
+                if stack is not None:
+                    stack.start_gateway(
+                        store_uri=prep.store.uri,
+                        run_prefix=prep.layout.prefix,
+                        socket_path=sandbox.gateway_socket if sandbox is not None else None,
+                        log_path=prep.logs_dir / "gateway.log",
+                        say=say,
+                    )
+                if sandbox is not None:
+                    sandbox.grant_sockets()
+                say(f"[a2rl] starting the agent: {_agent_label(prep)} (budget {budget} s)")
+                remaining = max(start + budget - time.time(), 0.0)
+                with span("agent") as agent_span:
+                    outcome = supervisor.run(
+                        remaining,
+                        spec.budget.grace_seconds,
+                        on_tick=_ticker(recorder, start, budget, say),
+                        tick_s=PROGRESS_EVERY_S,
+                        stop_when=_first_reason(stack.budget_spent if stack is not None else None, watch),
+                    )
+                    agent_span.set_attribute("a2rl.agent.end_reason", outcome.end_reason)
+            except A2rlError as exc:
+                error = exc
+            except KeyboardInterrupt:
+                supervisor.stop(min(spec.budget.grace_seconds, 5))
+                code = supervisor.poll() if supervisor.pid else None
+                outcome = AgentOutcome(
+                    exit_code=code, end_reason=FAILED, duration_s=time.time() - start, interrupted=True
+                )
+            if outcome is None:
+                outcome = AgentOutcome(exit_code=None, end_reason=FAILED, duration_s=time.time() - start)
+            if outcome.interrupted:
+                say("[a2rl] interrupted: agent stopped; recording what was submitted")
+            else:
+                say(f"[a2rl] agent ended: {outcome.end_reason} (exit code {outcome.exit_code})")
+            ended = time.time()
+            if stack is not None:
+                stack.stop()
+            with span("recorder_stop"):
+                _stop_recorder(recorder, say)
+        finally:
+            # Whatever went wrong above, no process of this run outlives it.
+            supervisor.stop(0)
+            recorder.kill()
+            if stack is not None:
+                stack.kill()
     update_run_meta(ws.root, end_time=ended)
     _write_run_json(
         prep,
@@ -537,13 +541,18 @@ def _first_reason(*checks: Callable[[], EndReason | None] | None) -> Callable[[]
     return check
 
 
-def _sandbox(prep: _Prepared, port: int, cwd: Path, wanted: AgentLimits) -> RunSandbox:
+def _sandbox(
+    prep: _Prepared, port: int, cwd: Path, wanted: AgentLimits, held: contextlib.ExitStack
+) -> RunSandbox:
     """The run's sandbox: the workspace (base model and data read-only), the grading API, and for
-    an agent stack its install and the driver gateway."""
+    an agent stack its install and the driver gateway. Its containment and its own cleanup are
+    `held` (released, in reverse order, when the run ends)."""
     assert prep.bwrap is not None and prep.workspace is not None
     ws = prep.workspace
     store_root = [prep.store.root] if isinstance(prep.store, LocalStore) else []
-    return RunSandbox.create(
+    containment = contain_agent(f"agent-{prep.layout.uid}", wanted, own_uid=os.geteuid() == 0)
+    held.callback(containment.close)
+    sandbox = RunSandbox.create(
         prep.bwrap,
         workspace=ws.root,
         read_only=[ws.model_dir.parent, ws.data_dir, ws.root / WS_DESCRIPTION, ws.root / WS_INSTRUCTIONS],
@@ -556,8 +565,10 @@ def _sandbox(prep: _Prepared, port: int, cwd: Path, wanted: AgentLimits) -> RunS
         private=[paths.home(), paths.cache_dir(), Path.home(), prep.heldout_dir, prep.logs_dir, *store_root],
         run_uid=prep.layout.uid,
         shm_bytes=wanted.shm_bytes,
-        containment=contain_agent(f"agent-{prep.layout.uid}", wanted, own_uid=os.geteuid() == 0),
+        containment=containment,
     )
+    held.callback(sandbox.cleanup)
+    return sandbox
 
 
 def _ticker(

@@ -4,14 +4,19 @@ and what the agent submitted first is kept, scored and in the report."""
 
 from __future__ import annotations
 
+import errno
 import json
+import tempfile
 import textwrap
 from pathlib import Path
 
+import a2rl_runner.run as run_module
 import pytest
 from a2rl_runner.run import run_benchrun
 
+from a2rl import paths
 from a2rl.api.benchrun import BenchRun
+from a2rl.limits import CGROUP_ROOT
 from tests.support.run_support import arith_spec
 
 pytestmark = pytest.mark.slow
@@ -81,3 +86,40 @@ def test_a_limit_hit_ends_the_run_with_its_reason_and_loses_nothing(
     assert report["run"]["end_reason"] == reason and report["total_submissions"] == 1
     assert report["run"]["agent_limits"] == run_json["agent_limits"]
     assert f"| Agent limits | {run_json['agent_limits']} |" in (run_dir / "report" / "report.md").read_text()
+
+
+def _agent_cgroups() -> set[Path]:
+    """The agents' cgroups under this process's own, in every v1 hierarchy or the unified one."""
+    found: set[Path] = set()
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, own = line.split(":", 2)
+        for name in controllers.split(",") if controllers else ["unified", ""]:
+            base = CGROUP_ROOT / name / own.lstrip("/") if name else CGROUP_ROOT / own.lstrip("/")
+            if base.is_dir():
+                found |= set(base.glob("a2rl-agent-*"))
+    return found
+
+
+def test_a_failure_before_the_agent_starts_leaves_no_cgroup_or_scratch_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recorder cannot be built (here: its log directory vanished under it): the run fails
+    with that error, and the agent's cgroups, its scratch and its socket directory are gone."""
+    before = _agent_cgroups()
+    sockets_before = set(Path(tempfile.gettempdir()).glob("a2rl-sock-*"))
+    scratches: list[Path] = []
+
+    def broken_recorder(*args: object, **kwargs: object) -> object:
+        scratches.extend(paths.workspaces_dir().glob("limits-cleanup-*.scratch"))
+        raise OSError(errno.ENOENT, "No such file or directory", "logs/recorder.log")
+
+    monkeypatch.setattr(run_module, "RecorderProcess", broken_recorder)
+    agent = tmp_path / "agent.py"
+    agent.write_text("print('never started')\n")
+    spec = arith_spec(agent, wall_s=60, grace_s=2, limit=5)
+    run = BenchRun.model_validate({"metadata": {"name": "limits-cleanup"}, "spec": spec})
+    with pytest.raises(OSError, match=r"recorder\.log"):
+        run_benchrun(run, store_uri=str(tmp_path / "store"), progress=False)
+    assert _agent_cgroups() == before
+    assert set(Path(tempfile.gettempdir()).glob("a2rl-sock-*")) == sockets_before
+    assert scratches and all(not s.exists() for s in scratches)
