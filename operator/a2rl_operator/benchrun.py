@@ -466,10 +466,14 @@ def advance(kube: Kube, config: OperatorConfig, namespace: str, name: str, *, lo
             if access.credentials is None:
                 logger.warning("BenchRun %s/%s: %s", namespace, name, access.reason)
             kube.ensure(report_store_secret(run, spec, config, access.credentials), meta["uid"])
-            if kube.ensure(report_job(run, spec, uri, config.grading), meta["uid"]):
+            pins = gk.grading_pins(kube, config, run, spec, logger)
+            if kube.ensure(report_job(run, spec, uri, config.grading, pins=pins), meta["uid"]):
                 logger.info("BenchRun %s/%s: created report Job %s", namespace, name, job_name)
         except NamespaceTerminatingError:
             logger.info("BenchRun %s/%s: its namespace is being deleted; no report Job", namespace, name)
+            return gr.Step(gr.StepKind.NOTHING)
+        except dns_pins.PinError as exc:
+            logger.warning("BenchRun %s/%s: no report Job yet (next resync): %s", namespace, name, exc)
             return gr.Step(gr.StepKind.NOTHING)
     elif step.kind in (gr.StepKind.FINISH, gr.StepKind.REPORT_FAILED):
         _archive_report_log(kube, store, namespace, job_name, logger)

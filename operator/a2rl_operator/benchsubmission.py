@@ -56,6 +56,7 @@ from a2rl.tracing.spans import ATTR_SUBMISSION_INDEX
 from a2rl_operator import status as st
 from a2rl_operator import store_access
 from a2rl_operator.config import OperatorConfig
+from a2rl_operator.dns_pins import PinError
 from a2rl_operator.grading import decisions as gr
 from a2rl_operator.grading import kube as gk
 from a2rl_operator.grading.store import RunStore, open_cached
@@ -235,7 +236,12 @@ def _start(kube: Kube, config: OperatorConfig, ctx: _Context, logger: Logger) ->
         refresh_aggregate(kube, ns, ctx.spec.run_name)
         return
     target = EvalTarget(index=ctx.spec.index, store_uri=ctx.store_uri, heldout_key=heldout)
-    manifest = eval_job(ctx.run, ctx.sub, ctx.run_spec, target, grading)
+    try:
+        pins = gk.grading_pins(kube, config, ctx.run, ctx.run_spec, logger)
+    except PinError as exc:
+        logger.warning("BenchSubmission %s/%s: no eval Job yet (next resync): %s", ns, meta["name"], exc)
+        return
+    manifest = eval_job(ctx.run, ctx.sub, ctx.run_spec, target, grading, pins=pins)
     started_ns = now_ns()
     try:
         if gk.ensure_grading_policy(kube, config, ctx.run, ctx.run_spec, logger):

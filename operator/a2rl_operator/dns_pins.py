@@ -1,5 +1,5 @@
-"""What the workspace pod's names resolve to, looked up by the operator when it builds the pod
-(`manifests.dns`: the pod itself has no DNS).
+"""What the names of the pods without DNS resolve to (`manifests.dns`), looked up by the operator
+when it builds each pod. The workspace pod's:
 
 - the object store's host (`AWS_ENDPOINT_URL` of the operator, which the run's Secret carries):
   the operator's own resolver (in a cluster: the cluster's DNS, so a Service name or an external
@@ -8,12 +8,15 @@
   operator created it just before);
 - `spec.llmGateway` naming an in-cluster Service: its ClusterIP (a missing or headless Service is
   not pinned: the agent cannot resolve it, and the reason is returned).
+
+The eval and report pods' (`grading_pins`): the store's host, and each in-cluster Service a URL
+their evaluation calls names (an LLM judge, a search API), by its ClusterIP.
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from a2rl.api.benchrun import BenchRunSpec
 from a2rl.constants import ENV_S3_ENDPOINT
@@ -21,7 +24,13 @@ from a2rl.errors import A2rlError
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.kube import Kube
 from a2rl_operator.manifests.common import Body
-from a2rl_operator.manifests.dns import HostPin, endpoint_host, llm_gateway_service, service_hostnames
+from a2rl_operator.manifests.dns import (
+    HostPin,
+    endpoint_host,
+    llm_gateway_service,
+    service_hostnames,
+    url_service,
+)
 from a2rl_operator.manifests.gateway import gateway_name, has_gateway
 
 Resolver = Callable[[str], list[str]]
@@ -85,3 +94,27 @@ def workspace_pins(
     """(the pins of the workspace pod, notes on names left unpinned): `store_pins` + `service_pins`."""
     pins, notes = service_pins(body, spec, config, kube)
     return store_pins(config, resolve) + pins, notes
+
+
+def grading_pins(
+    urls: Iterable[str],
+    namespace: str,
+    config: OperatorConfig,
+    kube: Kube,
+    resolve: Resolver = system_resolver,
+) -> tuple[list[HostPin], list[str]]:
+    """(the pins of a run's eval and report pods, notes on names left unpinned): the store's host,
+    and each URL of `urls` (resolved in `namespace`, the run's) that names an in-cluster Service
+    with a ClusterIP. Raises PinError for the store host."""
+    pins = store_pins(config, resolve)
+    notes: list[str] = []
+    for url in urls:
+        target = url_service(url, namespace, config.cluster_domain)
+        if target is None:
+            continue
+        ip = kube.service_cluster_ip(target.namespace, target.service)
+        if ip is None:
+            notes.append(f"{url}: Service {target.namespace}/{target.service} has no ClusterIP: not pinned")
+        else:
+            pins.append(HostPin(ip, target.hostnames))
+    return pins, notes

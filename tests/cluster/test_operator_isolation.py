@@ -5,7 +5,8 @@ its own ServiceAccount (the chart's RBAC) and grading on:
   loopback as the only name server), the store host and the run's gateway Service pinned in its
   `/etc/hosts` with the addresses the operator resolved; the API server admits the pod spec; its
   NetworkPolicy has no port-53 egress;
-- an eval pod's store keys, as the pod gets them from its Secret, are its own: with them a parser
+- an eval pod has no DNS either (the store host pinned, no port-53 egress in the run's grading
+  NetworkPolicy); its store keys, as the pod gets them from its Secret, are its own: with them a parser
   exploit cannot read another run, list the bucket, read held-out data or overwrite another
   submission's result (real MinIO refuses), yet the real `fetch-heldout` and `a2rl eval submission`
   processes work with them; the keys die when the eval Job has finished, the run's held-out
@@ -159,6 +160,16 @@ def test_an_eval_pods_keys_reach_its_own_submission_only(
     store.put_bytes(layout.submission_result(0), b'{"score": 12.5}')  # as if evaluated already
     wait_state(admin, ns, f"{name}-00001", "Evaluating")
     pod = running_pod(admin, ns, f"batch.kubernetes.io/job-name={name}-eval-00001")
+    # No resolver: the store host is pinned as the operator resolved it; no port-53 egress.
+    assert pod["spec"]["dnsPolicy"] == "None" and pod["spec"]["dnsConfig"] == {"nameservers": ["127.0.0.1"]}
+    assert {n: a["ip"] for a in pod["spec"]["hostAliases"] for n in a["hostnames"]}["localhost"] in (
+        "127.0.0.1",
+        "::1",
+    )
+    grading = client.NetworkingV1Api(admin).read_namespaced_network_policy(f"{name}-grading", ns)
+    assert 53 not in [
+        p["port"] for rule in grading.to_dict()["spec"]["egress"] for p in rule.get("ports") or []
+    ]
     containers = {c["name"]: c for c in pod["spec"]["initContainers"] + pod["spec"]["containers"]}
     env = container_env(admin, ns, containers["eval"])  # as the kubelet gives it to the pod
     fetch_env = container_env(admin, ns, containers["fetch-heldout"])

@@ -409,18 +409,25 @@ def test_grading_network_policy_and_the_runs_own_judge(
     store: ObjectStore,
     models: dict[str, Path],
     namespace: str,
+    make_namespace: Any,
     tmp_path: Path,
 ) -> None:
     """The first submission gets the run's `<run>-grading` NetworkPolicy (before its eval Job):
-    no ingress; egress to DNS, the store and the run's judge only. The judge's URL and model reach
-    the eval container and not the workspace pod."""
+    no ingress; egress to the store and the run's judge only, no DNS: the eval pod has no resolver
+    and the judge Service's name pinned to its ClusterIP. The judge's URL and model reach the eval
+    container and not the workspace pod."""
     from a2rl_tasks.artifacts import stage_to_store
 
     from tests.support.task_data import make_alpaca_dir
     from tests.testenv.controlplane import wait_for
 
     stage_to_store(get_task("alpacaeval"), store, source=str(make_alpaca_dir(tmp_path / "alpaca")), seed=0)
-    judge = {"baseUrl": "http://judge.llm:8000/v1", "model": "judge-7b"}
+    judge_ns = make_namespace(prefix="llm")
+    judge_service = client.CoreV1Api(admin).create_namespaced_service(
+        judge_ns,
+        {"metadata": {"name": "judge"}, "spec": {"ports": [{"port": 8000}], "selector": {"app": "j"}}},
+    )
+    judge = {"baseUrl": f"http://judge.{judge_ns}:8000/v1", "model": "judge-7b"}
     name = run_name()
     evaluation = {"cpu": "1", "memory": "2Gi", "backend": "transformers", "limit": 2, "judge": judge}
     uid = create_run(admin, namespace, name, task="alpacaeval", evaluation=evaluation)["metadata"]["uid"]
@@ -444,18 +451,10 @@ def test_grading_network_policy_and_the_runs_own_judge(
     )
     spec = policy["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"] and not spec.get("ingress")
-    dns = {
-        "to": [
-            {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-            }
-        ],
-        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-    }
     store_rule = {"to": [{"ipBlock": {"cidr": "127.0.0.1/32"}}], "ports": [{"protocol": "TCP", "port": 9000}]}
-    judge_rule = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "llm"}}}]}
-    assert spec["egress"] == [dns, store_rule, judge_rule]  # no API server: these pods have no token
+    judge_rule = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": judge_ns}}}]}
+    # No DNS; no API server: these pods have no token.
+    assert spec["egress"] == [store_rule, judge_rule]
     # The API server's own reading of the selector: the run's eval pod, not its workspace pod.
     sel = spec["podSelector"]
     (expr,) = sel["matchExpressions"]
@@ -469,9 +468,13 @@ def test_grading_network_policy_and_the_runs_own_judge(
         namespace, label_selector=f"{LABEL_RUN_UID}={uid},{LABEL_COMPONENT}=agent"
     )
     assert selected == {pod["metadata"]["name"]} and agent.items[0].metadata.name not in selected
-    # The run's judge in the eval container; nothing of it in the workspace pod.
+    # The run's judge in the eval container, its name pinned to the Service's ClusterIP (the only
+    # name the pod resolves: the store is an IP here); nothing of it in the workspace pod.
     env = container_env(admin, namespace, pod["spec"]["containers"][0])
     assert env["A2RL_JUDGE_BASE_URL"] == judge["baseUrl"] and env["A2RL_JUDGE_MODEL"] == "judge-7b"
+    assert pod["spec"]["dnsPolicy"] == "None" and pod["spec"]["dnsConfig"] == {"nameservers": ["127.0.0.1"]}
+    (alias,) = pod["spec"]["hostAliases"]
+    assert alias["ip"] == judge_service.spec.cluster_ip and f"judge.{judge_ns}" in alias["hostnames"]
     workspace = json.dumps(admin.sanitize_for_serialization(agent.items[0]))
     assert "judge" not in workspace and "A2RL_JUDGE" not in workspace
 

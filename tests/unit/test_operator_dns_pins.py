@@ -1,7 +1,8 @@
-"""The workspace pod resolves only the names it needs (`manifests.dns`, `dns_pins`): no DNS server
-(recursive DNS would be a tunnel to any name server in the world), its store, driver gateway and
-LLM gateway names pinned in `/etc/hosts`, no port-53 egress. The cluster side:
-tests/cluster/test_operator_dns.py."""
+"""The workspace pod, and the run's eval and report pods, resolve only the names they need
+(`manifests.dns`, `dns_pins`): no DNS server (recursive DNS would be a tunnel to any name server in
+the world), their store, driver gateway, LLM gateway and judge names pinned in `/etc/hosts`, no
+port-53 egress. Only the gateway pod resolves (its provider's public name). The cluster side:
+tests/cluster/test_operator_isolation.py."""
 
 from __future__ import annotations
 
@@ -16,11 +17,24 @@ from urllib.parse import urlsplit
 
 import pytest
 from a2rl_operator.config import Egress, OperatorConfig
-from a2rl_operator.dns_pins import PinError, system_resolver, workspace_pins
+from a2rl_operator.dns_pins import PinError, grading_pins, system_resolver, workspace_pins
+from a2rl_operator.grading.config import GradingConfig
 from a2rl_operator.manifests import children, parse_spec
-from a2rl_operator.manifests.dns import NO_RESOLVER, HostPin, endpoint_host, llm_gateway_service, pod_dns
+from a2rl_operator.manifests.dns import (
+    NO_RESOLVER,
+    HostPin,
+    endpoint_host,
+    llm_gateway_service,
+    pod_dns,
+    url_service,
+)
+from a2rl_operator.manifests.eval_job import EvalTarget, eval_job
 from a2rl_operator.manifests.gateway import gateway_network_policy
-from a2rl_operator.manifests.grading_network import grading_network_policy
+from a2rl_operator.manifests.grading_network import endpoint_urls, grading_network_policy
+from a2rl_operator.manifests.report_job import report_job
+from a2rl_tasks import task_class
+
+from a2rl.constants import ENV_JUDGE_BASE_URL
 
 UID = "3c8e1f20-6b7a-4d59-a1e2-0f9b8c7d6e5a"
 STORE_HOST = "minio.a2rl-system.svc.cluster.local"
@@ -145,7 +159,7 @@ def test_every_name_the_pods_containers_are_told_to_use_is_pinned() -> None:
     assert dns_ports(workspace_policy(manifests)) == []
 
 
-def test_the_workspace_policy_has_no_dns_while_the_gateway_and_grading_pods_keep_theirs() -> None:
+def test_only_the_gateway_pod_keeps_dns() -> None:
     for run in (benchrun(), benchrun(llmGateway="litellm.gateways:4000"), stack_run()):
         manifests = children(run, CONFIG, None, "a2rl-run-token")
         egress = workspace_policy(manifests)["egress"]
@@ -158,9 +172,13 @@ def test_the_workspace_policy_has_no_dns_while_the_gateway_and_grading_pods_keep
             "to": [{"ipBlock": {"cidr": "10.96.0.1/32"}}],
             "ports": [{"protocol": "TCP", "port": 443}],
         } in egress
-    # The gateway pod resolves its upstream provider; the grading pods their judge.
+    # The gateway pod resolves its upstream provider (a public name); the eval and report pods
+    # have their names pinned, as the workspace pod has.
     assert dns_ports(gateway_network_policy(stack_run(), parse_spec(stack_run()), CONFIG)["spec"])
-    assert dns_ports(grading_network_policy(benchrun(), [], CONFIG)["spec"])
+    judged = benchrun(
+        task="alpacaeval", evaluation={"judge": {"baseUrl": "http://judge.llm:8000/v1", "model": "j"}}
+    )
+    assert dns_ports(grading_network_policy(judged, ["http://judge.llm:8000/v1"], CONFIG)["spec"]) == []
 
 
 def test_pins_of_the_store_the_gateway_and_the_llm_gateway() -> None:
@@ -192,6 +210,74 @@ def test_pins_of_the_store_the_gateway_and_the_llm_gateway() -> None:
         workspace_pins(benchrun(), parse_spec(benchrun()), CONFIG, FakeKube({}), resolver({}))  # type: ignore[arg-type]
     with pytest.raises(PinError, match="sft-gateway"):
         workspace_pins(stack_run(), parse_spec(stack_run()), ip_config, FakeKube({}), resolver({}))  # type: ignore[arg-type]
+
+
+def _names(service: str, namespace: str) -> tuple[str, ...]:
+    return (
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://judge.llm:8000/v1", ("judge", "llm", _names("judge", "llm"))),
+        ("http://judge:8000/v1", ("judge", "team-a", ("judge", *_names("judge", "team-a")))),
+        ("https://search.tools.svc.cluster.local/q", ("search", "tools", _names("search", "tools"))),
+        (
+            "http://judge.llm.svc.corp.internal/v1",
+            ("judge", "llm", ("judge.llm.svc.corp.internal", *_names("judge", "llm"))),
+        ),
+        ("http://10.0.0.7:8080/v1", None),
+        ("https://api.openai.com/v1", None),
+        ("not a url", None),
+    ],
+)
+def test_which_service_a_url_names(url: str, expected: tuple[str, str, tuple[str, ...]] | None) -> None:
+    found = url_service(url, "team-a")
+    assert (found and (found.service, found.namespace, found.hostnames)) == expected
+
+
+def test_the_eval_and_report_pods_resolve_their_store_and_their_judge_only() -> None:
+    """Every name the eval and report pods' containers are told to use (the store endpoint of their
+    Secrets, the judge URL of the eval's environment) is pinned; nothing else resolves."""
+    judge_url = "http://judge.llm:8000/v1"
+    run = benchrun(task="alpacaeval", evaluation={"judge": {"baseUrl": judge_url, "model": "judge-7b"}})
+    spec = parse_spec(run)
+    grading = GradingConfig(grader_image="grader:1")
+    config = OperatorConfig(
+        store_uri=CONFIG.store_uri, store_credentials=dict(CONFIG.store_credentials), grading=grading
+    )
+    urls = endpoint_urls(task_class(spec.task).endpoint_env, grading.run_eval_env(spec))
+    assert urls == [judge_url]
+    kube = FakeKube({("llm", "judge"): "10.96.8.8"})
+    pins, notes = grading_pins(urls, "team-a", config, kube, resolver({STORE_HOST: ["10.20.0.15"]}))  # type: ignore[arg-type]
+    assert notes == []
+    sub = {
+        "metadata": {"name": "sft-00001", "namespace": "team-a", "uid": "s-uid"},
+        "kind": "BenchSubmission",
+    }
+    target = EvalTarget(index=1, store_uri=CONFIG.store_uri, heldout_key="data/alpacaeval/x/heldout")
+    pods = [
+        eval_job(run, sub, spec, target, grading, pins=pins)["spec"]["template"]["spec"],
+        report_job(run, spec, CONFIG.store_uri, grading, pins=pins)["spec"]["template"]["spec"],
+    ]
+    for pod in pods:
+        assert pod["dnsPolicy"] == "None" and pod["dnsConfig"] == {"nameservers": [NO_RESOLVER]}
+        hosts = {name: alias["ip"] for alias in pod["hostAliases"] for name in alias["hostnames"]}
+        assert hosts[STORE_HOST] == "10.20.0.15"
+        assert hosts["judge.llm"] == "10.96.8.8"
+    evaluator = pods[0]["containers"][0]
+    env = {e["name"]: e.get("value") for e in evaluator["env"]}
+    assert urlsplit(env[ENV_JUDGE_BASE_URL]).hostname in hosts
+    # A judge Service without a ClusterIP is not pinned (the evaluation fails on its name), and
+    # said; an unresolvable store host leaves the pods to the next resync.
+    pins, notes = grading_pins(urls, "team-a", config, FakeKube({}), resolver({STORE_HOST: ["10.20.0.15"]}))  # type: ignore[arg-type]
+    assert [p.ip for p in pins] == ["10.20.0.15"] and "llm/judge" in notes[0]
+    with pytest.raises(PinError, match="store host"):
+        grading_pins(urls, "team-a", config, kube, resolver({}))  # type: ignore[arg-type]
 
 
 def test_the_operators_resolver() -> None:

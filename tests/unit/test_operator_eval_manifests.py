@@ -31,7 +31,7 @@ from a2rl_operator.manifests.grading_network import (
     grading_policy_name,
     url_peer,
 )
-from a2rl_operator.manifests.network import DNS_RULE, NS_NAME_LABEL, GatewayPeer
+from a2rl_operator.manifests.network import NS_NAME_LABEL, GatewayPeer
 from a2rl_operator.manifests.report_job import report_job
 from a2rl_recorder.dispatch import LocalDispatcher
 from a2rl_tasks import TASKS, get_task, task_class
@@ -520,8 +520,7 @@ NET_CONFIG = OperatorConfig(
     store_egress=(Egress("10.9.0.0/16", 9000),),
     apiserver_egress=(Egress("10.96.0.1/32", 443),),
 )
-DNS_AND_STORE = [
-    DNS_RULE,
+STORE_ONLY = [
     {"to": [{"ipBlock": {"cidr": "10.9.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 9000}]},
 ]
 
@@ -546,7 +545,7 @@ def policy_for(run: dict[str, Any], grading: GradingConfig = GRADING) -> dict[st
     return grading_network_policy(run, urls, NET_CONFIG)
 
 
-def test_grading_policy_selects_eval_and_report_pods_and_allows_dns_and_store_only() -> None:
+def test_grading_policy_selects_eval_and_report_pods_and_allows_the_store_only() -> None:
     run = benchrun()
     policy = policy_for(run)
     meta = policy["metadata"]
@@ -556,8 +555,9 @@ def test_grading_policy_selects_eval_and_report_pods_and_allows_dns_and_store_on
     assert ref["kind"] == "BenchRun" and ref["uid"] == UID and ref["controller"] is True
     spec = policy["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
-    # arith calls no judge: DNS and the store; never the API server (these pods have no token).
-    assert spec["egress"] == DNS_AND_STORE
+    # arith calls no judge: the store alone; no DNS (their names are pinned), never the API
+    # server (these pods have no token).
+    assert spec["egress"] == STORE_ONLY
     sel = spec["podSelector"]
     eval_pod = build(run)["spec"]["template"]["metadata"]["labels"]
     report_pod = report_job(run, parse_spec(run), STORE, GRADING)["spec"]["template"]["metadata"]["labels"]
@@ -579,24 +579,24 @@ def test_grading_policy_allows_the_judge_of_judge_based_tasks_only() -> None:
     namespace_peer = {"to": [{"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: "llm"}}}]}
     # The run's own judge: an in-cluster Service → its namespace (any port: Service ≠ pod port).
     alpaca = benchrun(task="alpacaeval", evaluation={"judge": JUDGE})
-    assert policy_for(alpaca)["spec"]["egress"] == [*DNS_AND_STORE, namespace_peer]
+    assert policy_for(alpaca)["spec"]["egress"] == [*STORE_ONLY, namespace_peer]
     # Without one, the operator's judge (`http://judge:8000/v1`: a Service of the run's namespace).
     default = policy_for(benchrun(task="alpacaeval"))["spec"]["egress"]
     assert default[-1] == {"to": [{"namespaceSelector": {"matchLabels": {NS_NAME_LABEL: "team-a"}}}]}
     # A task without a judge gets no judge egress even when the run names one.
-    assert policy_for(benchrun(evaluation={"judge": JUDGE}))["spec"]["egress"] == DNS_AND_STORE
+    assert policy_for(benchrun(evaluation={"judge": JUDGE}))["spec"]["egress"] == STORE_ONLY
     # deepsearchqa also calls the search API; an IP judge is an ipBlock on the URL's port.
     grading = GradingConfig(grader_image="g:1", eval_env={ENV_SEARCH_URL: "https://10.1.2.3/search"})
     dsqa = benchrun(
         task="deepsearchqa", evaluation={"judge": {"baseUrl": "http://10.0.0.7:8080/v1", "model": "m"}}
     )
-    assert policy_for(dsqa, grading)["spec"]["egress"][2:] == [
+    assert policy_for(dsqa, grading)["spec"]["egress"][1:] == [
         {"to": [{"ipBlock": {"cidr": "10.0.0.7/32"}}], "ports": [{"protocol": "TCP", "port": 8080}]},
         {"to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}], "ports": [{"protocol": "TCP", "port": 443}]},
     ]
-    # No judge configured anywhere: nothing beyond DNS and the store.
+    # No judge configured anywhere: nothing beyond the store.
     assert policy_for(benchrun(task="alpacaeval"), GradingConfig(grader_image="g:1"))["spec"]["egress"] == (
-        DNS_AND_STORE
+        STORE_ONLY
     )
 
 

@@ -1,5 +1,6 @@
 """Kubernetes I/O of grading: BenchSubmissions (list, status writes), pods of Jobs, their logs,
-and the run's grading NetworkPolicy (made sure of before any eval or report pod of the run).
+the run's grading NetworkPolicy (made sure of before any eval or report pod of the run) and the
+names those pods resolve (`grading_pins`).
 
 Status writes replace the status subresource guarded by resourceVersion and are retried on
 conflicts (like `Kube.update_status` for BenchRuns), so the BenchSubmission watcher, the eval
@@ -24,10 +25,11 @@ from a2rl.constants import (
     BENCHSUBMISSION_KIND,
     BENCHSUBMISSION_PLURAL,
 )
+from a2rl_operator import dns_pins, store_access
 from a2rl_operator import status as st
-from a2rl_operator import store_access
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.kube import Kube
+from a2rl_operator.manifests.dns import HostPin
 from a2rl_operator.manifests.grading_network import endpoint_urls, grading_network_policy
 from a2rl_operator.manifests.secret import grading_store_secret
 
@@ -124,6 +126,21 @@ def submission_ref(sub: Obj) -> Obj:
 
 def post_event(obj: Obj, type_: str, reason: str, message: str) -> None:
     kopf.event(cast(Any, submission_ref(obj)), type=type_, reason=reason, message=st.one_line(message))
+
+
+def grading_pins(
+    kube: Kube, config: OperatorConfig, run: Obj, spec: BenchRunSpec, logger: Any = None
+) -> list[HostPin]:
+    """The names the run's eval and report pods resolve (they have no DNS): the store's host and the
+    in-cluster Services their evaluation calls. Raises `dns_pins.PinError` while the store's host
+    cannot be resolved (the caller leaves the pod to the next resync)."""
+    urls = endpoint_urls(task_class(spec.task).endpoint_env, config.grading.run_eval_env(spec))
+    meta = run["metadata"]
+    pins, notes = dns_pins.grading_pins(urls, meta["namespace"], config, kube)
+    for note in notes:
+        if logger is not None:
+            logger.warning("BenchRun %s/%s: grading pods: %s", meta["namespace"], meta["name"], note)
+    return pins
 
 
 def ensure_grading_policy(

@@ -13,6 +13,11 @@ world in its queries. So the workspace pod (agent and recorder share its network
   Service (their ClusterIPs). The kubelet writes them into the pod's `/etc/hosts`, which every
   resolver reads before DNS. The API server needs no name: `KUBERNETES_SERVICE_HOST` is an IP.
 
+The run's eval and report pods (they parse untrusted model files) get the same: no resolver, the
+store's host and the in-cluster Services their evaluation calls (an LLM judge, a search API:
+`url_service`) pinned; their NetworkPolicy has no port-53 rule either. Only the gateway pod, which
+calls the provider by its public name, keeps a resolver.
+
 Pinned addresses are fixed for the pod's life (the NetworkPolicy pins the store's CIDR anyway).
 """
 
@@ -78,6 +83,39 @@ def llm_gateway_service(text: str | None) -> tuple[str, str] | None:
         return None
     host = text.strip().rpartition(":")[0] if peer.port is not None else text.strip()
     return host.split(".")[0], peer.namespace
+
+
+@dataclass(frozen=True)
+class UrlService:
+    """The in-cluster Service a URL's host names, and the names to pin for it."""
+
+    service: str
+    namespace: str
+    hostnames: tuple[str, ...]
+
+
+def url_service(url: str, namespace: str, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -> UrlService | None:
+    """The Service `url`'s host names (`<service>` of `namespace`, `<service>.<namespace>[.svc[.
+    <domain>]]`); None for an IP address or any other host (which no pod of ours can resolve)."""
+    host = (urlsplit(url.strip()).hostname or "").rstrip(".").lower()
+    if not host:
+        return None
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return None
+    bare = "." not in host
+    try:
+        peer = parse_gateway(f"{host}.{namespace}" if bare else host)
+    except GatewayError:
+        return None
+    if peer.namespace is None:
+        return None
+    service = host.split(".")[0]
+    names = service_hostnames(service, peer.namespace, cluster_domain)
+    return UrlService(service, peer.namespace, (host, *names) if host not in names else names)
 
 
 def pod_dns(pins: Sequence[HostPin]) -> Manifest:

@@ -18,6 +18,7 @@ submission with its BenchRun).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from a2rl.api.benchrun import BenchRunSpec
@@ -43,6 +44,7 @@ from a2rl_operator.manifests.common import (
     restricted_security_context,
     run_labels,
 )
+from a2rl_operator.manifests.dns import HostPin, pod_dns
 from a2rl_operator.manifests.secret import eval_store_env_from, grading_store_env_from
 
 EVAL_CONTAINER = "eval"
@@ -200,9 +202,16 @@ def eval_container(run: Body, spec: BenchRunSpec, target: EvalTarget, grading: G
 
 
 def eval_job(
-    run: Body, submission: Body, spec: BenchRunSpec, target: EvalTarget, grading: GradingConfig
+    run: Body,
+    submission: Body,
+    spec: BenchRunSpec,
+    target: EvalTarget,
+    grading: GradingConfig,
+    *,
+    pins: Sequence[HostPin] = (),
 ) -> Manifest:
-    """The eval Job of `submission` (a BenchSubmission of `run`, wire dicts)."""
+    """The eval Job of `submission` (a BenchSubmission of `run`, wire dicts). The pod has no DNS:
+    `pins` (`dns_pins.grading_pins`) are the only names it resolves."""
     if not grading.grader_image:
         raise ValueError("grading is off: no grader image configured")
     name = eval_job_name(run["metadata"]["name"], target.index)
@@ -217,6 +226,7 @@ def eval_job(
             heldout_volume(target, grading),
             {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": spec.evaluation.ephemeral_storage}},
         ],
+        **pod_dns(pins),
     }
     if not grading.heldout_pvc:
         pod_spec["initContainers"] = [fetch_container(run, spec, target, grading)]

@@ -1,10 +1,11 @@
 """The run's grading NetworkPolicy: what its eval and report pods may reach.
 
 One policy per run (`<run>-grading`, owned by the BenchRun) selects every eval pod and the report
-pod of the run. No ingress; egress only to DNS, the store (`--store-egress`) and, for a task
+pod of the run. No ingress; egress only to the store (`--store-egress`) and, for a task
 scored by an LLM judge or a search API (`Task.endpoint_env`), those services' URLs: the run's
 `spec.evaluation.judge.baseUrl`, else the operator's forwarded `A2RL_JUDGE_BASE_URL` /
-`A2RL_SEARCH_URL`. These pods have no ServiceAccount token: no API-server egress.
+`A2RL_SEARCH_URL`. These pods have no ServiceAccount token: no API-server egress. No DNS either:
+the names they use are pinned in their `/etc/hosts` (`manifests.dns`).
 
 A URL's host becomes a NetworkPolicy peer as `spec.llmGateway` does (`network.parse_gateway`):
 an IP address is an `ipBlock` on the URL's port (explicit, or 80/443 by scheme); an in-cluster
@@ -24,7 +25,6 @@ from a2rl_operator.config import OperatorConfig
 from a2rl_operator.grading.config import ENDPOINT_ENV, GradingConfig
 from a2rl_operator.manifests.common import Body, Manifest, child_name, object_meta
 from a2rl_operator.manifests.network import (
-    DNS_RULE,
     GatewayError,
     GatewayPeer,
     gateway_rule,
@@ -95,8 +95,7 @@ def egress_problems(grading: GradingConfig) -> list[str]:
 def grading_network_policy(body: Body, urls: Iterable[str], config: OperatorConfig) -> Manifest:
     """Raises UrlPeerError when one of `urls` is not expressible."""
     namespace = body["metadata"]["namespace"]
-    egress: list[Manifest] = [DNS_RULE]
-    egress += [ip_rule(e) for e in config.store_egress]
+    egress: list[Manifest] = [ip_rule(e) for e in config.store_egress]
     for url in urls:
         rule = gateway_rule(url_peer(url, namespace))
         if rule not in egress:

@@ -4,7 +4,7 @@
 The policy selects the workspace pod; its containers share one network namespace, so the
 agent and the recorder have the same egress (the agent has no API token and no store keys).
 No DNS: recursive DNS reaches every name server in the world; the pod's names are pinned in its
-`/etc/hosts` instead (`manifests.dns`). `DNS_RULE` is for the gateway and grading pods.
+`/etc/hosts` instead (`manifests.dns`). `DNS_RULE` is for the gateway pod alone.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ a read-only root filesystem. Owned by the BenchRun.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from a2rl.api.benchrun import BenchRunSpec
 from a2rl.constants import COMPONENT_REPORT
 from a2rl.launch import OFFLINE_ENV
@@ -25,6 +27,7 @@ from a2rl_operator.manifests.common import (
     pod_security_context,
     run_labels,
 )
+from a2rl_operator.manifests.dns import HostPin, pod_dns
 from a2rl_operator.manifests.eval_job import (
     SCRATCH_DIR,
     SCRATCH_ENV,
@@ -49,7 +52,10 @@ def report_command(run: Body, store_uri: str) -> list[str]:
     return ["a2rl", "report", prefix, "--store", store_uri, "--regenerate", "--json"]
 
 
-def report_job(run: Body, spec: BenchRunSpec, store_uri: str, grading: GradingConfig) -> Manifest:
+def report_job(
+    run: Body, spec: BenchRunSpec, store_uri: str, grading: GradingConfig, *, pins: Sequence[HostPin] = ()
+) -> Manifest:
+    """The run's report Job. The pod has no DNS: `pins` are the only names it resolves."""
     if not grading.grader_image:
         raise ValueError("grading is off: no grader image configured")
     amounts = {
@@ -75,6 +81,7 @@ def report_job(run: Body, spec: BenchRunSpec, store_uri: str, grading: GradingCo
         "securityContext": pod_security_context(),
         "containers": [container],
         "volumes": [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": grading.report_ephemeral_storage}}],
+        **pod_dns(pins),
     }
     return {
         "apiVersion": "batch/v1",
