@@ -34,6 +34,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from a2rl.constants import (
+    DEFAULT_EVAL_TIMEOUT_S,
     ENV_BWRAP,
     ENV_EVAL_MAX_PROCESSES,
     ENV_EVAL_MEMORY_BYTES,
@@ -44,8 +45,6 @@ from a2rl.errors import A2rlError
 from a2rl.limits import EXCEEDED_MEMORY, EXCEEDED_PROCESSES, Containment, Limits, LimitUsage, contain
 
 DEFAULT_MAX_PROCESSES = 4096
-#: s one eval process may run (``A2RL_EVAL_TIMEOUT``; the recorder's default is the same).
-DEFAULT_EVAL_TIMEOUT_S = 7200.0
 DEFAULT_MEMORY_FRACTION = 0.75
 SANDBOX_MODES = ("auto", "bwrap", "none")
 #: GPU device nodes passed through when present (NVIDIA, DRM render nodes).
@@ -99,7 +98,7 @@ def eval_limits(env: Mapping[str, str] | None = None) -> Limits:
 
 def eval_timeout_s(env: Mapping[str, str] | None = None) -> float:
     env = os.environ if env is None else env
-    return float(_positive(env, ENV_EVAL_TIMEOUT, int(DEFAULT_EVAL_TIMEOUT_S)))
+    return float(_positive(env, ENV_EVAL_TIMEOUT, DEFAULT_EVAL_TIMEOUT_S))
 
 
 def local_store_dir(store_uri: str) -> Path | None:

@@ -19,7 +19,6 @@ DEFAULT_DRAIN_TIMEOUT_S = 1800.0
 DEFAULT_CODE_POLL_S = 1.0
 DEFAULT_CODE_DEBOUNCE_S = 2.0
 DEFAULT_CODE_MAX_FILE_BYTES = 100 * (1 << 20)
-DEFAULT_EVAL_TIMEOUT_S = 7200.0
 DEFAULT_STORE_RETRY_TIMEOUT_S = 600.0
 HOST = "127.0.0.1"
 
@@ -42,7 +41,7 @@ class RecorderConfig:
     heldout_path: Path | None = None
     eval_backend: str = "auto"
     eval_limit: int | None = None
-    eval_timeout_s: float = DEFAULT_EVAL_TIMEOUT_S
+    eval_timeout_s: float = float(c.DEFAULT_EVAL_TIMEOUT_S)
     max_model_bytes: int = DEFAULT_MAX_MODEL_BYTES
     max_run_stored_bytes: int = DEFAULT_MAX_RUN_STORED_BYTES
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
@@ -102,7 +101,7 @@ class RecorderConfig:
             heldout_path=Path(heldout).expanduser() if heldout else None,
             eval_backend=e.get(c.ENV_EVAL_BACKEND) or "auto",
             eval_limit=_opt_int(e, c.ENV_EVAL_LIMIT),
-            eval_timeout_s=_num(e, c.ENV_EVAL_TIMEOUT, float, DEFAULT_EVAL_TIMEOUT_S),
+            eval_timeout_s=_num(e, c.ENV_EVAL_TIMEOUT, float, float(c.DEFAULT_EVAL_TIMEOUT_S)),
             max_model_bytes=_num(e, c.ENV_MAX_MODEL_BYTES, int, DEFAULT_MAX_MODEL_BYTES),
             max_run_stored_bytes=_num(e, c.ENV_MAX_RUN_STORED_BYTES, int, DEFAULT_MAX_RUN_STORED_BYTES),
             drain_timeout_s=_num(e, c.ENV_RECORDER_DRAIN_TIMEOUT, float, DEFAULT_DRAIN_TIMEOUT_S),

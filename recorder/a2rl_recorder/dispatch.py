@@ -30,6 +30,7 @@ from typing import IO, Protocol
 
 from a2rl_grader.sandbox import submission_box
 
+from a2rl.constants import DEFAULT_EVAL_TIMEOUT_S
 from a2rl.eval_sandbox import EvalBox
 from a2rl.launch import OFFLINE_ENV, kill_group, start_a2rl
 from a2rl.records.base import read_record, write_record
@@ -61,7 +62,7 @@ class LocalDispatcher:
         heldout: Path,
         backend: str = "auto",
         limit: int | None = None,
-        timeout_s: float = 7200.0,
+        timeout_s: float = DEFAULT_EVAL_TIMEOUT_S,
         python: str = sys.executable,
         key: bytes | None = None,
     ) -> None:

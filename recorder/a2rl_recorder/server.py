@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,6 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 1 << 20
 #: After a protocol error, what is still unread of the request is read (at most this much, for at
 #: most this long) before closing, so the client gets the JSON answer instead of a reset.
-_DRAIN_BYTES = 1 << 20
-_DRAIN_S = 1.0
 _MAX_ECHO = 200  # characters of a bad request line quoted back
 
 ROUTES: dict[str, dict[str, str]] = {
@@ -77,19 +74,7 @@ class _Handler(ServiceRequestHandler):
         self._send(code, {"error": f"{short}: {text}" if text != short else short}, {"Connection": "close"})
         with contextlib.suppress(OSError):
             self.wfile.flush()
-        self._drain_request()
-
-    def _drain_request(self) -> None:
-        # Unread request bytes at close() make the kernel send a reset, which can destroy the
-        # answer before the client reads it. Read what the client already sent, bounded.
-        with contextlib.suppress(OSError, ValueError):
-            self.connection.settimeout(0.1)
-            end, left = time.monotonic() + _DRAIN_S, _DRAIN_BYTES
-            while left > 0 and time.monotonic() < end:
-                chunk = self.rfile.read1(min(left, 65536))
-                if not chunk:
-                    break
-                left -= len(chunk)
+        self.drain_request()
 
     def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body, sort_keys=True).encode() + b"\n"

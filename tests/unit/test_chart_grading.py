@@ -33,7 +33,7 @@ def test_deployment_passes_every_grading_setting_the_operator_reads() -> None:
     cfg = gc.GradingConfig.from_env(env)
     assert cfg.enabled and cfg.grader_image == "ghcr.io/a2rl/grader:0.1.0"
     assert (cfg.eval_timeout_s, cfg.report_timeout_s, cfg.drain_timeout_s, cfg.submit_allowance_s) == (
-        gc.DEFAULT_EVAL_TIMEOUT_S,
+        c.DEFAULT_EVAL_TIMEOUT_S,
         gc.DEFAULT_REPORT_TIMEOUT_S,
         gc.DEFAULT_DRAIN_TIMEOUT_S,
         gc.DEFAULT_SUBMIT_ALLOWANCE_S,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from a2rl.api.benchrun import BenchRunSpec
 from a2rl.constants import (
+    DEFAULT_EVAL_TIMEOUT_S,
     ENV_EVAL_TIMEOUT,
     ENV_GRADER_IMAGE,
     ENV_GRADING_DRAIN_TIMEOUT,
@@ -27,7 +28,6 @@ from a2rl.constants import (
 )
 from a2rl.errors import A2rlError
 
-DEFAULT_EVAL_TIMEOUT_S = 7200
 DEFAULT_REPORT_TIMEOUT_S = 1800
 DEFAULT_DRAIN_TIMEOUT_S = 1800
 DEFAULT_RESYNC_S = 30.0
