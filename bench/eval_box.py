@@ -45,7 +45,7 @@ MODES = ("box", "limits", "bare")
 
 def _checked(proc: subprocess.CompletedProcess[str], mode: str) -> None:
     if proc.returncode != 0:
-        sys.exit(f"bench/eval_box.py: the command failed ({mode}, exit {proc.returncode}): {proc.stderr[-2000:]}")
+        sys.exit(f"bench/eval_box.py: {mode}: exit {proc.returncode}: {proc.stderr[-2000:]}")
 
 
 def _once(mode: str, argv: list[str]) -> float:
