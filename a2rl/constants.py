@@ -134,6 +134,8 @@ ENV_CODE_POLL_INTERVAL: Final = "A2RL_CODE_POLL_INTERVAL"  # s between looks at 
 ENV_CODE_DEBOUNCE: Final = "A2RL_CODE_DEBOUNCE"  # s code/ must stay unchanged before a revision
 ENV_CODE_MAX_FILE_BYTES: Final = "A2RL_CODE_MAX_FILE_BYTES"  # larger files in code/ are not snapshotted
 ENV_EVAL_TIMEOUT: Final = "A2RL_EVAL_TIMEOUT"  # s one local eval process may run
+#: The longest wall-clock budget a BenchRun may have (`spec.budget.wallTimeSeconds`).
+MAX_WALL_TIME_S: Final = 7 * 24 * 3600
 #: s one evaluation may run (a local eval process, a cluster eval Job) unless configured.
 DEFAULT_EVAL_TIMEOUT_S: Final = 7200
 # limits of one eval process tree (a2rl.eval_sandbox; docs/local-mode.md "The evaluation sandbox")

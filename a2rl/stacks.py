@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, get_args
 
+from a2rl.constants import MAX_WALL_TIME_S
+
 StackName = Literal["claude-code", "codex", "gemini-cli", "opencode", "openhands"]
 AgentMode = Literal["free", "sft-only", "rl-only"]
 Provider = Literal["anthropic", "openai", "gemini", "openai-compatible"]
@@ -211,11 +213,17 @@ CODEX = StackDef(
 # Gemini CLI 0.61.0 derives the auth type "gateway" from GOOGLE_GEMINI_BASE_URL and then refuses
 # it in headless mode ("Invalid auth method selected."): the settings select the API-key auth, which
 # still sends every request to GOOGLE_GEMINI_BASE_URL (checked against a loopback server).
+#: Seconds Gemini CLI's shell tool waits for a silent command: as long as any run may last.
+GEMINI_SHELL_INACTIVITY_S = MAX_WALL_TIME_S
 GEMINI_SETTINGS = {
     "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
     "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
     "privacy": {"usageStatisticsEnabled": False},
     "telemetry": {"enabled": False},
+    # Its shell tool kills a command that prints nothing for 300 s (the default), which a training
+    # run (`python train.py > train.log`) easily does; the other stacks keep such a command running
+    # (in the background, or polled). The run's deadline ends it, not the tool.
+    "tools": {"shell": {"inactivityTimeout": GEMINI_SHELL_INACTIVITY_S}},
 }
 
 GEMINI_CLI = StackDef(

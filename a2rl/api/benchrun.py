@@ -29,6 +29,7 @@ from a2rl.constants import (
     ENV_JUDGE_BASE_URL,
     ENV_JUDGE_MODEL,
     ENV_SEED,
+    MAX_WALL_TIME_S,
     WORKSPACE_MOUNT,
 )
 from a2rl.protocols import DEFAULT_PROTOCOL, ENV_EVAL_PROTOCOL, EvalProtocol
@@ -401,7 +402,7 @@ class BudgetSpec(ApiModel):
 
     wall_time_seconds: int = Field(
         ge=1,
-        le=7 * 24 * 3600,
+        le=MAX_WALL_TIME_S,
         description="Wall-clock budget of the agent, in seconds (the reference uses 12 h = 43200).",
     )
     max_submissions: int | None = Field(

@@ -9,7 +9,8 @@ key is in no agent-visible environment nor anywhere in the store.
 
 Independent of the machine's speed: the training runs detached, so whatever the stack's shell
 tool does to a command past its timeout (Claude Code moves it to the background and stops it
-after 10 minutes there, others stop waiting or kill its process tree), it runs to its end and
+after 10 minutes there, others stop waiting or kill its process tree; Gemini CLI would kill one
+silent for 5 minutes, but its settings give it the run's length), it runs to its end and
 leaves `train.done`; the next step waits for that file in bounded loops, played again until it
 says the training finished. Claude Code's training step gets a 5 s timeout, so its stack always moves the
 training to the background — and the report must say so.

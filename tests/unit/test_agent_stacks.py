@@ -11,6 +11,7 @@ import pytest
 from a2rl_tasks import get_task
 
 from a2rl.agent_prompt import MODE_TEXT, PromptInputs, render_prompt, workspace_prompt
+from a2rl.constants import MAX_WALL_TIME_S
 from a2rl.stacks import (
     AGENT_MODES,
     MAX_PROMPT_CHARS,
@@ -386,6 +387,9 @@ def test_home_files_select_the_api_key_auth_of_gemini_cli() -> None:
     kwargs = {"model": "m", "gateway_base_url": GATEWAY, "token": TOKEN, "workspace": Path("/ws")}
     settings = json.loads(home_files("gemini-cli", **kwargs)[".gemini/settings.json"])  # type: ignore[arg-type]
     assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"
+    # A silent training command is not killed by the shell tool (default: after 300 s) while a run
+    # of the longest budget lasts.
+    assert settings["tools"]["shell"]["inactivityTimeout"] >= MAX_WALL_TIME_S
     for stack in ("claude-code", "codex", "opencode", "openhands"):
         assert home_files(stack, **kwargs) == {}  # type: ignore[arg-type]
     _, env = _call("openhands", "gemini")
