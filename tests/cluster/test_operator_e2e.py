@@ -417,11 +417,16 @@ def test_operator_killed_mid_run_creates_no_duplicates(
     from a2rl_operator.kube import Kube
     from a2rl_operator.manifests import children
 
+    from tests.testenv.controlplane import wait_for
     from tests.testenv.fixtures import complete_pod
 
     first, second = run_name(), run_name()
     uid = create_run(admin, namespace, first)["metadata"]["uid"]
     pod = agent_pod(admin, namespace, uid)
+    # kopf posts events from a queue of its own: wait for this one, or the kill below may take it
+    # with it (as it did on a loaded machine) and the count of CreatedWorkspace at the end reads 0.
+    wait_for(lambda: ("Normal", "CreatedWorkspace") in events_of(admin, namespace, first),
+             timeout=60, what=f"CreatedWorkspace event of {first}")  # fmt: skip
     operator.kill()  # SIGKILL mid-run: no clean-up, no finalizer or state written on the way out
     try:
         # Created while no operator runs, and half-reconciled: the killed operator got as far as
