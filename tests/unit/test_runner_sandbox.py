@@ -32,7 +32,9 @@ from a2rl_runner.sandbox.policy import (
     exposed_private,
     relay_argv,
 )
+from a2rl_runner.sandbox.relay import listen as relay_listen
 from a2rl_runner.sandbox.relay import parse
+from a2rl_runner.sandbox.relay import serve as relay_serve
 from a2rl_runner.sandbox.setup import (
     Bubblewrap,
     RunSandbox,
@@ -156,6 +158,39 @@ def test_relay_parses_its_command_line() -> None:
     assert relay_argv("/py", [Relay(1, "a.sock")], ["x"]) == [
         "/py", "-m", "a2rl_runner.sandbox.relay", "--listen", "1=/run/a2rl/a.sock", "--", "x",
     ]  # fmt: skip
+
+
+def test_the_relay_passes_a_reply_written_in_pieces_without_a_delay(tmp_path: Path) -> None:
+    """A server answers in two writes (head, then body), as http.server does: the relay must pass
+    the second at once, not hold it for the agent's delayed ACK (Nagle: 40 ms per request)."""
+    path = str(tmp_path / "api.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+
+    def answer_in_pieces() -> None:
+        conn, _ = server.accept()
+        with conn:
+            while conn.recv(64):
+                conn.sendall(b"head")
+                time.sleep(0.002)
+                conn.sendall(b"body")
+
+    threading.Thread(target=answer_in_pieces, daemon=True).start()
+    listener = relay_listen(0)
+    threading.Thread(target=relay_serve, args=(listener, path), daemon=True).start()
+    times = []
+    with socket.create_connection(listener.getsockname()) as agent:
+        for _ in range(30):
+            t0 = time.perf_counter()
+            agent.sendall(b"ask")
+            got = b""
+            while len(got) < 8:
+                got += agent.recv(64)
+            times.append(time.perf_counter() - t0)
+            assert got == b"headbody"
+    slow = [round(t * 1000, 1) for t in times if t > 0.030]
+    assert len(slow) <= 3, f"{len(slow)} of 30 requests took over 30 ms (ms): {slow}"
 
 
 def test_check_bubblewrap_names_what_is_missing(tmp_path: Path) -> None:

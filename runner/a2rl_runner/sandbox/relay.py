@@ -56,9 +56,12 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
                 sock.shutdown(how)
 
 
-def _serve(listener: socket.socket, target: str) -> None:
+def serve(listener: socket.socket, target: str) -> None:
     while True:
         client, _ = listener.accept()
+        # A reply reaches the relay in pieces (head, then body); without this, Nagle holds the
+        # second piece until the agent's delayed ACK, 40 ms later.
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             upstream.connect(target)
@@ -93,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 127
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # after the fork: the agent keeps the default
     for listener, path in listeners:
-        threading.Thread(target=_serve, args=(listener, path), daemon=True).start()
+        threading.Thread(target=serve, args=(listener, path), daemon=True).start()
     code = child.wait()
     return 128 - code if code < 0 else code
 
