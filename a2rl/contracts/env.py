@@ -21,8 +21,20 @@ from a2rl.constants import (
     ENV_BASE_MODEL,
     ENV_BASE_MODEL_DIGEST,
     ENV_DATA_PATH,
+    ENV_DRIVER_COST_USD,
+    ENV_DRIVER_PRICES,
+    ENV_DRIVER_TOKENS,
     ENV_EVAL_BACKEND,
     ENV_EVAL_LIMIT,
+    ENV_GATEWAY_BASE_URL,
+    ENV_GATEWAY_HOST,
+    ENV_GATEWAY_KEY_SOURCE,
+    ENV_GATEWAY_MODEL,
+    ENV_GATEWAY_PORT,
+    ENV_GATEWAY_PROVIDER,
+    ENV_GATEWAY_SOCKET,
+    ENV_GATEWAY_TOKEN,
+    ENV_GATEWAY_UPSTREAM_TIMEOUT,
     ENV_GRADING_SERVER_URL,
     ENV_HELDOUT_PATH,
     ENV_MAX_SUBMISSIONS,
@@ -194,3 +206,43 @@ def recorder_contract_env(
     if spec.evaluation.limit is not None:
         env[ENV_EVAL_LIMIT] = str(spec.evaluation.limit)
     return env
+
+
+def gateway_contract_env(
+    *,
+    provider: str,
+    token: str | None = None,
+    base_url: str | None = None,
+    model: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    socket_path: Path | None = None,
+    store_uri: str | None = None,
+    run_prefix: str | None = None,
+    driver_tokens: int | None = None,
+    driver_cost_usd: float | None = None,
+    prices_file: Path | None = None,
+    upstream_timeout_s: float | None = None,
+    key_source: str | None = None,
+) -> dict[str, str]:
+    """The driver gateway's configuration as `a2rl gateway serve` reads it
+    (`a2rl_gateway.GatewayConfig.from_env`), written by both modes: the local runner through
+    `GatewayConfig.to_env`, the operator into the gateway pod (whose token comes from a Secret, so
+    it passes none). Unset values (None, "") are left out: the gateway's defaults apply."""
+    values: dict[str, object] = {
+        ENV_GATEWAY_PROVIDER: provider,
+        ENV_GATEWAY_TOKEN: token,
+        ENV_GATEWAY_BASE_URL: base_url,
+        ENV_GATEWAY_MODEL: model,
+        ENV_GATEWAY_HOST: host,
+        ENV_GATEWAY_PORT: port,
+        ENV_GATEWAY_SOCKET: socket_path,
+        ENV_STORE_URI: store_uri,
+        ENV_RUN_PREFIX: run_prefix,
+        ENV_DRIVER_TOKENS: driver_tokens,
+        ENV_DRIVER_COST_USD: None if driver_cost_usd is None else repr(driver_cost_usd),
+        ENV_DRIVER_PRICES: prices_file,
+        ENV_GATEWAY_UPSTREAM_TIMEOUT: None if upstream_timeout_s is None else f"{upstream_timeout_s:g}",
+        ENV_GATEWAY_KEY_SOURCE: key_source,
+    }
+    return {name: str(value) for name, value in values.items() if value is not None and value != ""}

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO
 
 from a2rl import constants as c
+from a2rl.contracts.env import gateway_contract_env
 from a2rl.errors import A2rlError
 from a2rl_gateway.budget import Limits
 from a2rl_gateway.protocols import DEFAULT_BASE_URLS
@@ -117,26 +118,22 @@ class GatewayConfig:
 
     def to_env(self) -> dict[str, str]:
         """The environment variables `from_env` reads back into this configuration."""
-        env = {
-            c.ENV_GATEWAY_PROVIDER: self.provider,
-            c.ENV_GATEWAY_TOKEN: self.token,
-            c.ENV_GATEWAY_BASE_URL: self.base_url,
-            c.ENV_GATEWAY_UPSTREAM_TIMEOUT: f"{self.upstream_timeout_s:g}",
-        }
-        optional = {
-            c.ENV_GATEWAY_MODEL: self.model,
-            c.ENV_STORE_URI: self.store_uri,
-            c.ENV_RUN_PREFIX: self.run_prefix,
-            c.ENV_GATEWAY_PORT: None if self.port is None else str(self.port),
-            c.ENV_GATEWAY_SOCKET: None if self.socket_path is None else str(self.socket_path),
-            c.ENV_DRIVER_TOKENS: None if self.limits.tokens is None else str(self.limits.tokens),
-            c.ENV_DRIVER_COST_USD: None if self.limits.cost_usd is None else repr(self.limits.cost_usd),
-            c.ENV_DRIVER_PRICES: None if self.prices_file is None else str(self.prices_file),
-            c.ENV_GATEWAY_KEY_SOURCE: self.key_source,
-            c.ENV_GATEWAY_HOST: None if self.host == HOST else self.host,
-        }
-        env.update({k: v for k, v in optional.items() if v is not None})
-        return env
+        return gateway_contract_env(
+            provider=self.provider,
+            token=self.token,
+            base_url=self.base_url,
+            model=self.model,
+            host=None if self.host == HOST else self.host,
+            port=self.port,
+            socket_path=self.socket_path,
+            store_uri=self.store_uri,
+            run_prefix=self.run_prefix,
+            driver_tokens=self.limits.tokens,
+            driver_cost_usd=self.limits.cost_usd,
+            prices_file=self.prices_file,
+            upstream_timeout_s=self.upstream_timeout_s,
+            key_source=self.key_source,
+        )
 
 
 def read_upstream_key(source: str | None, stdin: IO[bytes] | None = None) -> str | None:

@@ -31,19 +31,11 @@ from a2rl.constants import (
     COMPONENT_AGENT,
     COMPONENT_GATEWAY,
     ENV_AGENT_GATEWAY_TOKEN,
-    ENV_DRIVER_COST_USD,
-    ENV_DRIVER_TOKENS,
-    ENV_GATEWAY_BASE_URL,
-    ENV_GATEWAY_HOST,
-    ENV_GATEWAY_KEY_SOURCE,
-    ENV_GATEWAY_MODEL,
-    ENV_GATEWAY_PORT,
-    ENV_GATEWAY_PROVIDER,
     ENV_GATEWAY_TOKEN,
-    ENV_RUN_PREFIX,
     LABEL_COMPONENT,
     LABEL_RUN_UID,
 )
+from a2rl.contracts.env import gateway_contract_env
 from a2rl.contracts.stack_launch import LaunchParams, launch_argv
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
@@ -143,23 +135,18 @@ def gateway_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
     and keys come from the run's store Secret (`envFrom`), the upstream key from its file."""
     assert spec.driver is not None
     meta = body["metadata"]
-    values: dict[str, str] = {
-        ENV_GATEWAY_PROVIDER: spec.driver.provider,
-        ENV_GATEWAY_MODEL: spec.driver.model,
-        ENV_GATEWAY_HOST: "0.0.0.0",
-        ENV_GATEWAY_PORT: str(CLUSTER_GATEWAY_PORT),
-        ENV_RUN_PREFIX: RunLayout(meta["namespace"], meta["name"], meta["uid"]).prefix,
-        "HOME": SCRATCH_MOUNT,
-        "TMPDIR": SCRATCH_MOUNT,
-    }
-    if spec.driver.base_url:
-        values[ENV_GATEWAY_BASE_URL] = spec.driver.base_url
-    if spec.driver.secret_ref is not None:
-        values[ENV_GATEWAY_KEY_SOURCE] = f"file:{KEY_FILE}"
-    if spec.budget.driver_tokens is not None:
-        values[ENV_DRIVER_TOKENS] = str(spec.budget.driver_tokens)
-    if spec.budget.driver_cost_usd is not None:
-        values[ENV_DRIVER_COST_USD] = repr(spec.budget.driver_cost_usd)
+    values = gateway_contract_env(
+        provider=spec.driver.provider,
+        base_url=spec.driver.base_url,
+        model=spec.driver.model,
+        host="0.0.0.0",
+        port=CLUSTER_GATEWAY_PORT,
+        run_prefix=RunLayout(meta["namespace"], meta["name"], meta["uid"]).prefix,
+        driver_tokens=spec.budget.driver_tokens,
+        driver_cost_usd=spec.budget.driver_cost_usd,
+        key_source=None if spec.driver.secret_ref is None else f"file:{KEY_FILE}",
+    )
+    values.update({"HOME": SCRATCH_MOUNT, "TMPDIR": SCRATCH_MOUNT})
     env: list[Manifest] = [{"name": k, "value": v} for k, v in values.items()]
     env.append({"name": ENV_GATEWAY_TOKEN, "valueFrom": _token_ref(body)})
     return env + pod_trace_env(meta.get("annotations"))
