@@ -11,10 +11,10 @@ so it gets a box of its own, built here for both of its launchers (the recorder'
   ``bwrap`` to require it, ``none``): its own user (no capabilities), PID, IPC, UTS and network
   namespaces — a loopback interface only, unless the evaluation itself needs the network (a
   task with a judge or search endpoint, or a store that is not a local directory) — and a
-  read-only view of the host's file system: writable are only a scratch directory
-  (``TMPDIR``, the caches), the directories the caller names and, of a local store, the keys it
-  names (the run's prefix; everything else in the store is bound back read-only); secrets the
-  evaluation does not need (the machine keys) are hidden;
+  read-only view of the host's file system, its `/etc` an allow-list (`a2rl.host_etc`):
+  writable are only a scratch directory (``TMPDIR``, the caches), the directories the caller
+  names and, of a local store, the keys it names (the run's prefix; everything else in the store
+  is bound back read-only); secrets the evaluation does not need (the machine keys) are hidden;
   ``/dev`` is a fresh one (GPU nodes passed through), ``/dev/shm`` a size-capped tmpfs.
 
 Time is the caller's: it kills the process group after its timeout, and `close()` kills what
@@ -42,6 +42,7 @@ from a2rl.constants import (
     ENV_EVAL_TIMEOUT,
 )
 from a2rl.errors import A2rlError
+from a2rl.host_etc import ETC_ALLOWED, ETC_EVAL_HOST, etc_entries
 from a2rl.limits import EXCEEDED_MEMORY, EXCEEDED_PROCESSES, Containment, Limits, LimitUsage, contain
 
 DEFAULT_MAX_PROCESSES = 4096
@@ -170,11 +171,15 @@ def eval_bwrap_argv(
     devices: Sequence[Path] = (),
     store: Sequence[str] = (),
     hidden: Sequence[Path] = (),
+    etc: Sequence[str] = (),
 ) -> list[str]:
     """bubblewrap's part of the command line (ends with ``--``; the eval command follows).
-    `store`: `store_binds` arguments; `hidden`: directories replaced by an empty tmpfs."""
+    `store`: `store_binds` arguments; `hidden`: directories replaced by an empty tmpfs; `etc`: the
+    host's `/etc` entries shown, over an empty `/etc` (`eval_etc_entries`)."""
     argv = [bwrap, *BWRAP_FLAGS, "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-    argv += ["--share-net" if share_net else "--unshare-net", "--ro-bind", "/", "/"]
+    argv += ["--share-net" if share_net else "--unshare-net", "--ro-bind", "/", "/", "--tmpfs", "/etc"]
+    for entry in etc:
+        argv += ["--ro-bind", entry, entry]
     argv += ["--proc", "/proc", *KERNEL_SETTINGS_READ_ONLY]
     argv += ["--dev", "/dev", "--size", str(shm_bytes), "--tmpfs", "/dev/shm"]
     for device in devices:
@@ -185,6 +190,13 @@ def eval_bwrap_argv(
     for path in hidden:
         argv += ["--tmpfs", str(path)]
     return [*argv, "--"]
+
+
+def eval_etc_entries(etc: str = "/etc") -> tuple[str, ...]:
+    """The host's `/etc` entries the eval box shows: the sandbox's allow-list and the host's
+    account and name files. A root launcher's eval process reads files as host root, so the rest
+    (`shadow`, ssh host keys, `ssl/private`) must not be there at all."""
+    return etc_entries((*ETC_ALLOWED, *ETC_EVAL_HOST), etc)
 
 
 def scratch_env(scratch: Path) -> dict[str, str]:
@@ -254,6 +266,7 @@ class EvalBox:
                 devices=gpu_devices(),
                 store=store,
                 hidden=[p for p in hidden if p.is_dir()],
+                etc=eval_etc_entries(),
             )
 
     @property

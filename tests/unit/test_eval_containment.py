@@ -247,8 +247,21 @@ out["sysrq"] = opened("/proc/sysrq-trigger")
 sysctls = [os.path.join(d, f) for d, _, fs in os.walk("/proc/sys") for f in fs]
 out["sysctls"] = len(sysctls)
 out["sysctls_writable"] = [p for p in sysctls if opened(p) == "opened"]
+# What a generated program reads as host root: account hashes, ssh host keys, TLS private keys.
+def read(path):
+    try:
+        with open(path, "rb") as f:
+            return f"read {len(f.read())} bytes"
+    except OSError as exc:
+        return type(exc).__name__
+out["etc"] = {p: read(p) for p in json.loads(sys.argv[6])}
 print(json.dumps(out))
 """
+#: Root-only host files an evaluation's code would go for (those present here are probed).
+ROOT_ONLY_ETC = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/ssh/ssh_host_ed25519_key",
+                 "/etc/ssh/ssh_host_rsa_key", "/etc/ssl/private/ssl-cert-snakeoil.key")  # fmt: skip
+#: What an evaluation needs of /etc: the dynamic loader's cache, CA certificates, names.
+NEEDED_ETC = ("/etc/ld.so.cache", "/etc/ssl/certs/ca-certificates.crt", "/etc/passwd", "/etc/hosts")
 
 
 @NEEDS_BWRAP
@@ -265,7 +278,10 @@ def test_the_eval_sandbox_has_no_network_and_writes_only_its_run(tmp_path: Path)
     try:
         with submission_box(1, task="arith", store_uri=store.uri, run_prefix=PREFIX) as box:
             own = tmp_path / "store" / PREFIX
-            args = [str(port), str(own), str(other), str(Path.home()), str(keys_dir())]
+            secrets_here = [p for p in ROOT_ONLY_ETC if os.path.exists(p)]
+            assert secrets_here, "no root-only /etc file to probe on this host"
+            probed = json.dumps([*secrets_here, *(p for p in NEEDED_ETC if os.path.exists(p))])
+            args = [str(port), str(own), str(other), str(Path.home()), str(keys_dir()), probed]
             done = subprocess.run(
                 [*box.prefix, sys.executable, "-c", _PROBE, *args],
                 env={**os.environ, **box.env},
@@ -291,6 +307,9 @@ def test_the_eval_sandbox_has_no_network_and_writes_only_its_run(tmp_path: Path)
     assert seen["core_pattern"] in ("OSError", "PermissionError"), seen["core_pattern"]
     assert seen["sysrq"] in ("OSError", "PermissionError", "FileNotFoundError"), seen["sysrq"]
     assert seen["sysctls"] > 100 and seen["sysctls_writable"] == []
+    # … and root-only files are not there at all, while what programs need is.
+    assert {p: seen["etc"][p] for p in secrets_here} == dict.fromkeys(secrets_here, "FileNotFoundError")
+    assert all(r.startswith("read ") for p, r in seen["etc"].items() if p in NEEDED_ETC), seen["etc"]
 
 
 def _accept(server: socket.socket) -> None:

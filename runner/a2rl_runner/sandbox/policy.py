@@ -4,8 +4,8 @@ The agent runs in its own user, mount, PID, network, IPC and UTS namespaces with
 and no way to create another user namespace; when the runner is root, bubblewrap itself runs as
 a dedicated unprivileged uid (`a2rl_runner.sandbox.identity`), so the agent is never host root.
 Its file system is built from nothing: the system directories, an allow-list of `/etc` entries
-(`ETC_ALLOWED`, plus a `passwd`, `group` and `hosts` of its own) and the toolchain read-only, the
-workspace writable except the base model and the data, a private `/tmp` and home, fresh `/proc`
+(`a2rl.host_etc.ETC_ALLOWED`, plus a `passwd`, `group` and `hosts` of its own) and the toolchain
+read-only, the workspace writable except the base model and the data, a private `/tmp` and home, fresh `/proc`
 and `/dev`. Its network is a loopback interface only; the grading API and the driver gateway
 reach it through the relay (`a2rl_runner.sandbox.relay`), which listens on loopback ports inside
 and forwards to Unix sockets the runner mounts at `SOCKET_DIR`. Everything else of the machine —
@@ -31,18 +31,6 @@ SOCKET_DIR = "/run/a2rl"
 AGENT_HOME = "/home/agent"
 #: System directories shown read-only (a link on the host, e.g. merged /usr, stays a link).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-#: The `/etc` entries shown (read-only, where present): what programs need to start, find shared
-#: libraries, read locales, time zones and CA certificates, and run login shells (`bash -lc`).
-#: Nothing else of the host's `/etc` (shadow, ssh and TLS private keys, pip/npm credentials, the
-#: host's users and name) is in the sandbox. A trailing `*` matches by prefix.
-ETC_ALLOWED = (
-    "alternatives", "bash.bashrc", "ca-certificates", "ca-certificates.conf", "debian_version",
-    "fonts", "gai.conf", "host.conf", "inputrc", "java-*", "ld.so.cache", "ld.so.conf",
-    "ld.so.conf.d", "locale.alias", "localtime", "magic", "magic.mime", "mime.types",
-    "nsswitch.conf", "os-release", "profile", "profile.d", "protocols", "python3*", "services",
-    "shells", "ssl/certs", "ssl/openssl.cnf", "terminfo", "timezone", "OpenCL", "vulkan",
-    "nvidia*", "glvnd",
-)  # fmt: skip
 #: `/etc` files the sandbox gets of its own instead of the host's (`etc_files`).
 ETC_GENERATED = ("passwd", "group", "hosts")
 #: The agent's user name inside (`passwd`).
@@ -80,7 +68,7 @@ class SandboxPolicy:
     #: Host paths that exist as symlinks (merged /usr): shown as the same links.
     system_links: dict[str, str] = field(default_factory=dict)
     system_dirs: tuple[str, ...] = ()
-    #: Host `/etc` entries shown read-only (those of ETC_ALLOWED present).
+    #: Host `/etc` entries shown read-only (`a2rl.host_etc.etc_entries`).
     etc_entries: tuple[str, ...] = ()
     #: (path inside, host file) of the `/etc` files the sandbox gets of its own (ETC_GENERATED).
     etc_files: tuple[tuple[str, Path], ...] = ()

@@ -11,7 +11,6 @@ sandboxed one (its bind sources staged where that identity can reach them:
 
 from __future__ import annotations
 
-import glob
 import os
 import secrets
 import shutil
@@ -25,12 +24,12 @@ from pathlib import Path
 from a2rl.constants import ENV_BWRAP
 from a2rl.errors import A2rlError
 from a2rl.eval_sandbox import gpu_devices
+from a2rl.host_etc import etc_entries
 from a2rl.limits import Containment, Limits, RlimitContainment
 from a2rl_runner.sandbox.identity import Identity, hand_over, sandbox_identity
 from a2rl_runner.sandbox.policy import (
     AGENT_HOME,
     AGENT_USER,
-    ETC_ALLOWED,
     SYSTEM_DIRS,
     Relay,
     SandboxPolicy,
@@ -117,11 +116,6 @@ def become(identity: Identity | None, box: Containment | None = None) -> Callabl
         return box.preexec if box is not None else None
     box = box or RlimitContainment("identity", Limits())
     return box.preexec_fn(uid=identity.uid, gid=identity.gid)
-
-
-def etc_entries(etc: str = "/etc") -> tuple[str, ...]:
-    """The host's `/etc` entries that ETC_ALLOWED lets through (those present)."""
-    return tuple(sorted({p for pattern in ETC_ALLOWED for p in glob.glob(f"{etc}/{pattern}")}))
 
 
 def system_layout() -> tuple[tuple[str, ...], dict[str, str]]:
