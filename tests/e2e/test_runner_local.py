@@ -6,10 +6,12 @@ nothing is trained. Marked slow because it evaluates a model on CPU.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -120,18 +122,32 @@ INTERRUPT_AGENT = textwrap.dedent(
 )
 
 
+@contextlib.contextmanager
+def _sigint_as_from_a_terminal() -> Iterator[None]:
+    """Children started here get Ctrl-C's SIGINT at its default, as a terminal's shell starts a
+    command (a handled signal is reset by exec; an ignored one stays ignored). `make test` run as
+    a background job of a script (`make test &`, `nohup … &`) inherits SIGINT ignored, as POSIX
+    shells start such jobs, and Python leaves it ignored: `a2rl run` would (rightly) not stop."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_ctrl_c_stops_agent_and_still_records(tmp_path: Path, store_dir: Path) -> None:
     agent = tmp_path / "agent.py"
     agent.write_text(INTERRUPT_AGENT)
     spec = benchrun_doc("interrupted", arith_spec(agent, wall_s=600, grace_s=5))
     path = tmp_path / "run.yaml"
     path.write_text(json.dumps(spec))
-    proc = subprocess.Popen(
-        a2rl_argv("run", str(path), "--store", str(store_dir)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    with _sigint_as_from_a_terminal():
+        proc = subprocess.Popen(
+            a2rl_argv("run", str(path), "--store", str(store_dir)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     assert proc.stdout is not None
     lines: list[str] = []
     for line in proc.stdout:
