@@ -1,11 +1,16 @@
 """Deterministic generation of `arith` items (GSM8K format) with a content-disjoint held-out split.
 
-An item's *content* is `(a, op, b)`. A reserve of contents (twice the held-out size) is drawn
-first from the public `seed`; train items are drawn only from the remaining contents, so no
-question in the held-out split — in any phrasing — has its numbers and operation in the training
-data. The held-out items themselves (which reserved contents, their phrasings, their order) are
-drawn from `heldout_seed`, which staging derives from a secret (`a2rl_tasks.staging`): public
+An item's *content* is `(a, op, b)`. The public `seed` splits each operation's contents in two
+halves: the train contents, from which every train item is drawn, and the unseen pool. The
+held-out contents (which of the pool, their phrasings, their order) are drawn from
+`heldout_seed`, which staging derives from a secret (`a2rl_tasks.staging`): no question in the
+held-out split, in any phrasing, has its numbers and operation in the training data, and public
 code and the public `SEED` regenerate the train split, not the held-out one.
+
+The space is two-digit add and subtract, the one the tiny CPU model learns, so it is enumerable:
+the agent can compute the pool (the contents its train split never shows). The smallest set it
+can compute that holds the held-out split is that pool, 15 times the split's size and half the
+task's whole space: training on all of it is learning the task, not a shortcut to the test.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ OPS = ("+", "-")
 MAX_OPERAND = 99
 N_TRAIN = 20_000
 N_HELDOUT = 500
-#: Contents reserved for the held-out split, per held-out item (the secret seed picks among them).
-RESERVE_FACTOR = 2
+#: The share of each operation's contents that train items are drawn from; the rest is the pool
+#: the secret seed draws the held-out contents from.
+TRAIN_SHARE = 0.5
 
 _NAMES = ("Ava", "Ben", "Chloe", "David", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jack", "Kenji", "Lena")
 _ITEMS = ("apples", "books", "coins", "marbles", "stickers", "pencils", "cookies", "tickets")
@@ -85,25 +91,26 @@ def _per_op(n: int) -> list[int]:
     return [n // len(OPS) + (1 if i < n % len(OPS) else 0) for i in range(len(OPS))]
 
 
-def split_contents(seed: int, n_heldout: int = N_HELDOUT) -> tuple[list[Content], list[Content]]:
-    """(reserved contents, remaining contents) for the public `seed`: `RESERVE_FACTOR` times
-    `n_heldout` reserved, half per operation."""
+def split_contents(seed: int) -> tuple[list[Content], list[Content]]:
+    """(train contents, unseen pool) for the public `seed`: `TRAIN_SHARE` of each operation's
+    contents for training, the rest the pool the held-out contents are drawn from."""
     rng = random.Random(f"arith-split-{seed}")
-    by_op = {op: [c for c in content_space() if c.op == op] for op in OPS}
-    reserve: list[Content] = []
-    for op, k in zip(OPS, _per_op(n_heldout), strict=True):
-        reserve += rng.sample(by_op[op], min(k * RESERVE_FACTOR, len(by_op[op])))
-    taken = set(reserve)
-    rest = [c for c in content_space() if c not in taken]
-    return reserve, rest
+    train: list[Content] = []
+    pool: list[Content] = []
+    for op in OPS:
+        contents = [c for c in content_space() if c.op == op]
+        chosen = set(rng.sample(contents, round(len(contents) * TRAIN_SHARE)))
+        train += [c for c in contents if c in chosen]
+        pool += [c for c in contents if c not in chosen]
+    return train, pool
 
 
-def heldout_contents(reserve: list[Content], heldout_seed: int, n_heldout: int = N_HELDOUT) -> list[Content]:
-    """`n_heldout` of the reserved contents (half per operation), chosen by `heldout_seed`."""
+def heldout_contents(pool: list[Content], heldout_seed: int, n_heldout: int = N_HELDOUT) -> list[Content]:
+    """`n_heldout` contents of the unseen `pool` (half per operation), chosen by `heldout_seed`."""
     rng = random.Random(f"arith-heldout-{heldout_seed}")
     chosen: list[Content] = []
     for op, k in zip(OPS, _per_op(n_heldout), strict=True):
-        chosen += rng.sample([c for c in reserve if c.op == op], k)
+        chosen += rng.sample([c for c in pool if c.op == op], k)
     rng.shuffle(chosen)
     return chosen
 
@@ -115,26 +122,26 @@ def generate(
 
     Train rows depend on `seed` only; held-out rows on `heldout_seed` too (default: `seed`,
     which is what anyone with the public code and seed can regenerate)."""
-    reserve, rest = split_contents(seed, n_heldout)
+    train_contents, pool = split_contents(seed)
     held_seed = seed if heldout_seed is None else heldout_seed
     held_rng = random.Random(f"arith-heldout-items-{held_seed}")
     heldout = [
         make_item(c, held_rng, item_id=f"arith-heldout-{i + 1:05d}")
-        for i, c in enumerate(heldout_contents(reserve, held_seed, n_heldout))
+        for i, c in enumerate(heldout_contents(pool, held_seed, n_heldout))
     ]
     rng = random.Random(f"arith-items-{seed}")
     train = [
         _public(make_item(c, rng, item_id=f"arith-train-{i + 1:06d}"))
-        for i, c in enumerate(_train_contents(rest, n_train, rng))
+        for i, c in enumerate(_train_contents(train_contents, n_train, rng))
     ]
     return train, heldout
 
 
-def _train_contents(rest: list[Content], n: int, rng: random.Random) -> Iterator[Content]:
-    # Each remaining content once (shuffled) before any repeats, so coverage is even.
+def _train_contents(contents: list[Content], n: int, rng: random.Random) -> Iterator[Content]:
+    # Each train content once (shuffled) before any repeats, so coverage is even.
     produced = 0
     while produced < n:
-        order = list(rest)
+        order = list(contents)
         rng.shuffle(order)
         yield from order[: n - produced]
         produced += min(len(order), n - produced)

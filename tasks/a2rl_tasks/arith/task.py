@@ -49,7 +49,7 @@ class ArithTask(Task):
     level = "cpu"
     metric = "exact match (%)"
     evaluator_version = BASE_VERSION
-    data_version = "2"
+    data_version = "3"
     secret_heldout = True
 
     def __init__(
