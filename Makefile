@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 A2RL := $(VENV)/bin/a2rl
 
-.PHONY: venv sandbox-deps demo test test-unit test-secret-check test-under-load lint typecheck crds lock testenv clean
+.PHONY: venv sandbox-deps demo test test-unit test-secret-check test-under-load lint typecheck crds chart lock testenv clean
 
 venv:
 	@hack/venv
@@ -49,6 +49,10 @@ typecheck: venv
 
 crds: venv
 	$(A2RL) crds generate --out crds/
+
+# The chart's values.yaml, values.schema.json, crds/ and rbac.yaml, and docs/install.md's value table.
+chart: venv
+	$(A2RL) chart generate
 
 lock:
 	UV_CACHE_DIR=$${A2RL_CACHE_DIR:-$$HOME/.cache/a2rl}/uv uv pip compile requirements/dev.in \

@@ -164,6 +164,10 @@ ENV_OPENAI_API_KEY: Final = "OPENAI_API_KEY"
 ENV_OPENAI_BASE_URL: Final = "OPENAI_BASE_URL"
 ENV_DRIVER_MODEL: Final = "A2RL_DRIVER_MODEL"
 WORKSPACE_MOUNT: Final = "/workspace"
+# Defaults of the pods the operator creates (the chart's `podDefaults` and `imagePullSecrets`, as
+# JSON; `a2rl.api.chart_values.PodDefaults`, read by `a2rl_operator.config.pod_defaults_from_env`).
+ENV_POD_DEFAULTS: Final = "A2RL_POD_DEFAULTS"
+ENV_IMAGE_PULL_SECRETS: Final = "A2RL_IMAGE_PULL_SECRETS"
 
 # --- grading in a cluster: eval Jobs, end of run, report Job (a2rl_operator.grading.config) ----
 ENV_GRADER_IMAGE: Final = "A2RL_GRADER_IMAGE"  # image of eval/report Jobs; unset: the operator grades nothing

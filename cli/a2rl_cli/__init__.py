@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "tasks_cmd",
     "data_cmd",
     "crds_cmd",
+    "chart_cmd",
     "recorder_cmd",
     "gateway_cmd",
     "eval_cmd",

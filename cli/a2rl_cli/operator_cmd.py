@@ -23,7 +23,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "-n", "--namespace", action="append", default=[], help="watch only this namespace (repeatable)"
     )
-    p.add_argument("--liveness", metavar="URL", help="serve liveness here, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument(
+        "--health",
+        metavar="HOST:PORT",
+        help="serve the probes here, e.g. 0.0.0.0:8080: liveness GET /healthz (the process answers), "
+        "readiness GET /readyz (started, and the API server answers)",
+    )
     p.add_argument("--store-uri", help="default store of runs that name none (default: $A2RL_STORE_URI)")
     p.add_argument(
         "--recorder-image",
@@ -76,6 +81,7 @@ def _config(args: argparse.Namespace) -> OperatorConfig:
         OperatorConfig,
         default_store_uri,
         parse_egress,
+        pod_defaults_from_env,
         store_credentials_from_env,
     )
     from a2rl_operator.grading.config import GradingConfig
@@ -105,6 +111,7 @@ def _config(args: argparse.Namespace) -> OperatorConfig:
         store_egress=store_egress,
         apiserver_egress=tuple(apiserver),
         grading=GradingConfig.from_env(os.environ),
+        pod_defaults=pod_defaults_from_env(os.environ),
         **overrides,
     )
 
@@ -117,8 +124,20 @@ def run(args: argparse.Namespace) -> int:
         # through it with the default location.
         os.environ["KUBECONFIG"] = args.kubeconfig
     operator_config = _config(args)
+    health_address = None
+    if args.health:
+        from a2rl_operator.health import parse_address
+
+        try:
+            health_address = parse_address(args.health)
+        except ValueError as exc:
+            raise A2rlError(f"--health {exc}") from None
+
+    import asyncio
+    import contextlib
 
     import kopf
+    from a2rl_operator import health
     from a2rl_operator.kube import Kube
     from a2rl_operator.registry import MAX_WORKERS, build_registry
     from kubernetes import client, config
@@ -137,12 +156,24 @@ def run(args: argparse.Namespace) -> int:
     api_config.connection_pool_maxsize = MAX_WORKERS + 4
     memo = kopf.Memo(kube=Kube(client.ApiClient(api_config)), config=operator_config)
     kopf.configure(verbose=args.verbose, debug=args.verbose)
-    kopf.run(
-        registry=build_registry(operator_config),
-        standalone=True,  # one replica (Recreate); no kopf peering objects, no extra RBAC
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
-        liveness_endpoint=args.liveness,
-        memo=memo,
-    )
+
+    async def main() -> None:
+        started = asyncio.Event()  # kopf raises it once its startup handlers have run
+        async with contextlib.AsyncExitStack() as stack:
+            if health_address is not None:
+                check = health.ApiServerCheck(health.kubernetes_probe(api_config))
+                await stack.enter_async_context(
+                    health.serving(*health_address, health.Readiness(started, check))
+                )
+            await kopf.operator(
+                registry=build_registry(operator_config),
+                standalone=True,  # one replica (Recreate); no kopf peering objects, no extra RBAC
+                clusterwide=not args.namespace,
+                namespaces=args.namespace,
+                ready_flag=started,
+                memo=memo,
+            )
+
+    with contextlib.suppress(asyncio.CancelledError):  # as kopf.run: a stop by signal
+        asyncio.run(main())
     return 0

@@ -467,7 +467,8 @@ def advance(kube: Kube, config: OperatorConfig, namespace: str, name: str, *, lo
                 logger.warning("BenchRun %s/%s: %s", namespace, name, access.reason)
             kube.ensure(report_store_secret(run, spec, config, access.credentials), meta["uid"])
             pins = gk.grading_pins(kube, config, run, spec, logger)
-            if kube.ensure(report_job(run, spec, uri, config.grading, pins=pins), meta["uid"]):
+            manifest = report_job(run, spec, uri, config.grading, pins=pins, pod_defaults=config.pod_defaults)
+            if kube.ensure(manifest, meta["uid"]):
                 logger.info("BenchRun %s/%s: created report Job %s", namespace, name, job_name)
         except NamespaceTerminatingError:
             logger.info("BenchRun %s/%s: its namespace is being deleted; no report Job", namespace, name)

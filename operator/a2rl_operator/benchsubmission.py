@@ -241,7 +241,9 @@ def _start(kube: Kube, config: OperatorConfig, ctx: _Context, logger: Logger) ->
     except PinError as exc:
         logger.warning("BenchSubmission %s/%s: no eval Job yet (next resync): %s", ns, meta["name"], exc)
         return
-    manifest = eval_job(ctx.run, ctx.sub, ctx.run_spec, target, grading, pins=pins)
+    manifest = eval_job(
+        ctx.run, ctx.sub, ctx.run_spec, target, grading, pins=pins, pod_defaults=config.pod_defaults
+    )
     started_ns = now_ns()
     try:
         if gk.ensure_grading_policy(kube, config, ctx.run, ctx.run_spec, logger):

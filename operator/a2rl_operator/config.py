@@ -9,7 +9,17 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from a2rl.constants import ENV_S3_ACCESS_KEY, ENV_S3_ENDPOINT, ENV_S3_SECRET_KEY, ENV_STORE_URI
+from pydantic import TypeAdapter, ValidationError
+
+from a2rl.api.chart_values import LocalObjectReference, PodDefaults
+from a2rl.constants import (
+    ENV_IMAGE_PULL_SECRETS,
+    ENV_POD_DEFAULTS,
+    ENV_S3_ACCESS_KEY,
+    ENV_S3_ENDPOINT,
+    ENV_S3_SECRET_KEY,
+    ENV_STORE_URI,
+)
 from a2rl.errors import A2rlError
 from a2rl_operator.grading.config import GradingConfig
 
@@ -70,6 +80,9 @@ class OperatorConfig:
     cluster_domain: str = "cluster.local"
     #: Eval Jobs, the end of a run and the report Job (`A2RL_GRADER_IMAGE` …); default: grading off.
     grading: GradingConfig = field(default_factory=GradingConfig)
+    #: Scheduling and pull settings merged into every pod the operator creates, per kind of pod
+    #: (`manifests.pod_defaults`), the global pull Secrets already in each kind's.
+    pod_defaults: PodDefaults = field(default_factory=PodDefaults)
 
 
 def parse_egress(text: str) -> Egress:
@@ -96,3 +109,26 @@ def store_credentials_from_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def default_store_uri(env: Mapping[str, str] | None = None) -> str | None:
     return (env if env is not None else os.environ).get(ENV_STORE_URI) or None
+
+
+_PULL_SECRETS = TypeAdapter(list[LocalObjectReference])
+
+
+def pod_defaults_from_env(env: Mapping[str, str]) -> PodDefaults:
+    """`A2RL_POD_DEFAULTS` (the chart's `podDefaults` as JSON) with the global pull Secrets of
+    `A2RL_IMAGE_PULL_SECRETS` (JSON `[{"name": …}]`) put first in every kind's; unset: none."""
+    try:
+        defaults = PodDefaults.model_validate_json(env.get(ENV_POD_DEFAULTS) or "{}")
+        pull = _PULL_SECRETS.validate_json(env.get(ENV_IMAGE_PULL_SECRETS) or "[]")
+    except ValidationError as exc:  # one line: where, and what is wrong there
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()
+        )
+        raise A2rlError(f"{ENV_POD_DEFAULTS}/{ENV_IMAGE_PULL_SECRETS}: {problems}") from None
+    if not pull:
+        return defaults
+    merged = {}
+    for name in PodDefaults.model_fields:
+        part = defaults.component(name)
+        merged[name] = part.model_copy(update={"image_pull_secrets": [*pull, *part.image_pull_secrets]})
+    return PodDefaults(**merged)

@@ -131,12 +131,16 @@ class OperatorProcess:
     def healthz(self) -> str:
         return f"http://127.0.0.1:{self.port}/healthz"
 
+    @property
+    def readyz(self) -> str:
+        return f"http://127.0.0.1:{self.port}/readyz"
+
     def start(self, timeout: float = 60) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_SERVICE")}
         env.update(self.env)
         argv = [a2rl_executable(), "operator", "--kubeconfig", str(self.kubeconfig), *self.args]
         if self.port:
-            argv += ["--liveness", f"http://127.0.0.1:{self.port}/healthz"]
+            argv += ["--health", f"127.0.0.1:{self.port}"]
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
@@ -149,8 +153,8 @@ class OperatorProcess:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise RuntimeError(f"operator exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(self.healthz, timeout=2) as resp:
+            try:  # ready: kopf's startup handlers ran and the API server answers
+                with urllib.request.urlopen(self.readyz, timeout=5) as resp:
                     if resp.status == 200:
                         return
             except OSError:

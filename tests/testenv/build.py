@@ -3,6 +3,10 @@
 Stdlib only: used by `hack/testenv build` and by the pytest fixtures on a cold machine.
 Each component lives in a wrapper Go module under `hack/testenv.d/<module>/` whose go.mod and
 go.sum pin it; binaries land in `<cache>/testenv/<versions-key>/bin` with one stamp per binary.
+
+Tools the tests use beside the control plane (helm, for the chart tests) are built the same way
+into a folder of their own, `<cache>/tools/<name>-<version>_<module digest>/bin`: adding or
+re-pinning a tool never changes the control plane's versions key (a rebuild of that costs ~17 min).
 """
 
 from __future__ import annotations
@@ -62,6 +66,27 @@ COMPONENTS: tuple[Component, ...] = (
     Component("minio", "minio", "github.com/minio/minio", MINIO_VERSION),
 )
 NAMES = tuple(c.name for c in COMPONENTS)
+
+HELM_VERSION = "v3.22.0"
+# helm's own release build sets the default Kubernetes version of `helm template`/`helm lint`
+# (Capabilities.KubeVersion) from its client-go (v0.37 -> 1.37); a plain `go build` leaves it at
+# 1.20, which fails the chart's `kubeVersion`. `helm install` asks the API server instead.
+_HELM_KUBE_MAJOR, _HELM_KUBE_MINOR = "1", "37"
+_HELM_LDFLAGS = " ".join(
+    [
+        f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
+        "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+        *(
+            f"-X helm.sh/helm/v3/pkg/{pkg}.k8sVersion{part}={value}"
+            for pkg in ("chartutil", "lint/rules")
+            for part, value in (("Major", _HELM_KUBE_MAJOR), ("Minor", _HELM_KUBE_MINOR))
+        ),
+    ]
+)
+#: Built into `tool_dir(tool)`, not into `bin_dir()`: not part of the versions key.
+TOOLS: tuple[Component, ...] = (
+    Component("helm", "helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION, _HELM_LDFLAGS),
+)
 # Binaries that may come from an envtest install (KUBEBUILDER_ASSETS).
 ENVTEST_NAMES = ("etcd", "kube-apiserver")
 
@@ -95,6 +120,18 @@ def bin_dir() -> Path:
     return cache_base() / "testenv" / versions_key() / "bin"
 
 
+def tool_dir(tool: Component) -> Path:
+    """`<cache>/tools/<name>-<version>_<digest of its wrapper module>/bin`."""
+    digest = hashlib.sha256()
+    for fname in ("go.mod", "go.sum"):
+        digest.update((MODULES_DIR / tool.module / fname).read_bytes())
+    return cache_base() / "tools" / f"{tool.name}-{tool.version}_{digest.hexdigest()[:8]}" / "bin"
+
+
+def _out_dir(comp: Component) -> Path:
+    return tool_dir(comp) if comp in TOOLS else bin_dir()
+
+
 def go_env() -> dict[str, str]:
     base = cache_base() / "go"
     env = dict(os.environ)
@@ -109,12 +146,14 @@ def go_env() -> dict[str, str]:
 
 
 def _stamp(comp: Component) -> Path:
-    return bin_dir() / f".{comp.name}.stamp"
+    return _out_dir(comp) / f".{comp.name}.stamp"
 
 
 def is_built(comp: Component) -> bool:
     stamp = _stamp(comp)
-    return stamp.exists() and (bin_dir() / comp.name).exists() and stamp.read_text().strip() == comp.version
+    return (
+        stamp.exists() and (_out_dir(comp) / comp.name).exists() and stamp.read_text().strip() == comp.version
+    )
 
 
 def _envtest_dir() -> Path | None:
@@ -139,7 +178,7 @@ def missing() -> list[Component]:
 
 
 def build_one(comp: Component, log: Callable[[str], None]) -> float:
-    out = bin_dir()
+    out = _out_dir(comp)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".{comp.name}.tmp"
     cmd = [go_binary(), "build", "-o", str(tmp), "-ldflags", f"-s -w {comp.ldflags}".strip(), comp.package]
@@ -168,3 +207,12 @@ def ensure_built(log: Callable[[str], None] | None = None) -> dict[str, Path]:
             build_one(comp, emit)
         emit(f"[testenv] all binaries built in {time.monotonic() - total:.1f}s into {bin_dir()}")
     return binary_paths()
+
+
+def ensure_tools(log: Callable[[str], None] | None = None) -> dict[str, Path]:
+    """Build the missing tools (helm) into their own folders and return their paths."""
+    emit = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    for tool in TOOLS:
+        if not is_built(tool):
+            build_one(tool, emit)
+    return {t.name: tool_dir(t) / t.name for t in TOOLS}

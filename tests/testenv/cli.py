@@ -47,7 +47,7 @@ def _attach() -> tuple[ControlPlane, MinioServer] | None:
 def _cmd_build(_: argparse.Namespace) -> int:
     start = time.monotonic()
     try:
-        paths = build.ensure_built()
+        paths = {**build.ensure_built(), **build.ensure_tools()}
     except build.BuildError as exc:
         print(f"[testenv] {exc}", file=sys.stderr)
         return 1
@@ -134,7 +134,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="hack/testenv", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     commands = {
-        "build": (_cmd_build, "build the pinned binaries into the cache (no-op when warm)"),
+        "build": (_cmd_build, "build the pinned binaries and tools (helm) into the cache (no-op when warm)"),
         "up": (_cmd_up, "start control plane + MinIO in the background; prints KUBECONFIG/AWS_* lines"),
         "down": (_cmd_down, "stop what `up` started"),
         "status": (_cmd_status, "show the processes `up` started"),

@@ -29,3 +29,33 @@ def test_bad_egress_is_one_line(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert "egress 'minio.example.com:9000': expected CIDR[:PORT]" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def _kubeconfig(tmp_path: Path) -> Path:
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        "current-context: c\n"
+    )
+    return kubeconfig
+
+
+def test_bad_health_address_is_one_line(tmp_path: Path) -> None:
+    out = a2rl(
+        "operator", "--kubeconfig", str(_kubeconfig(tmp_path)), "--health", "http://0.0.0.0:8080/healthz"
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip() == "a2rl: error: --health 'http://0.0.0.0:8080/healthz': expected HOST:PORT"
+
+
+def test_bad_pod_defaults_are_one_line(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "A2RL_POD_DEFAULTS": '{"eval": {"nodeSelektor": {}}}'}
+    out = a2rl("operator", "--kubeconfig", str(_kubeconfig(tmp_path)), env=env)
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        "a2rl: error: A2RL_POD_DEFAULTS/A2RL_IMAGE_PULL_SECRETS: "
+        "eval.nodeSelektor: Extra inputs are not permitted"
+    )

@@ -33,3 +33,24 @@ app.kubernetes.io/component: operator
 {{- define "a2rl.operatorServiceAccount" -}}
 {{- default (printf "%s-operator" (include "a2rl.fullname" .)) .Values.serviceAccount.name -}}
 {{- end -}}
+
+{{/*
+An image of the chart with `imageRegistry` (when set) in place of its registry: a first path
+component with a "." or ":" (or "localhost") is a registry and is replaced; otherwise (a Docker Hub
+name) the registry is put in front. Call: include "a2rl.image" (list .Values.imageRegistry REF).
+*/}}
+{{- define "a2rl.image" -}}
+{{- $registry := index . 0 -}}
+{{- $ref := index . 1 -}}
+{{- if not $registry -}}
+{{- $ref -}}
+{{- else -}}
+{{- $parts := splitList "/" $ref -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- printf "%s/%s" $registry (join "/" (rest $parts)) -}}
+{{- else -}}
+{{- printf "%s/%s" $registry $ref -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

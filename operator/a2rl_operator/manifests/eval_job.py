@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from a2rl.api.benchrun import BenchRunSpec
+from a2rl.api.chart_values import PodDefaults
 from a2rl.constants import (
     ANNOTATION_DO_NOT_DISRUPT,
     API_GROUP_VERSION,
@@ -45,6 +46,7 @@ from a2rl_operator.manifests.common import (
     run_labels,
 )
 from a2rl_operator.manifests.dns import HostPin, pod_dns
+from a2rl_operator.manifests.pod_defaults import apply_pod_defaults
 from a2rl_operator.manifests.secret import eval_store_env_from, grading_store_env_from
 
 EVAL_CONTAINER = "eval"
@@ -209,9 +211,11 @@ def eval_job(
     grading: GradingConfig,
     *,
     pins: Sequence[HostPin] = (),
+    pod_defaults: PodDefaults | None = None,
 ) -> Manifest:
     """The eval Job of `submission` (a BenchSubmission of `run`, wire dicts). The pod has no DNS:
-    `pins` (`dns_pins.grading_pins`) are the only names it resolves."""
+    `pins` (`dns_pins.grading_pins`) are the only names it resolves; `pod_defaults`: the
+    operator's (`OperatorConfig.pod_defaults`), its `eval` part merged into the pod."""
     if not grading.grader_image:
         raise ValueError("grading is off: no grader image configured")
     name = eval_job_name(run["metadata"]["name"], target.index)
@@ -233,7 +237,7 @@ def eval_job(
     template_meta: Manifest = {"labels": dict(labels)}
     if spec.evaluation.gpus > 0:
         template_meta["annotations"] = {ANNOTATION_DO_NOT_DISRUPT: "true"}
-    return {
+    job: Manifest = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -250,3 +254,4 @@ def eval_job(
             "template": {"metadata": template_meta, "spec": pod_spec},
         },
     }
+    return apply_pod_defaults(job, pod_defaults, "eval")

@@ -51,6 +51,7 @@ from a2rl_operator.manifests.common import (
 )
 from a2rl_operator.manifests.grading_network import UrlPeerError, url_peer
 from a2rl_operator.manifests.network import DNS_RULE, gateway_rule, ip_rule
+from a2rl_operator.manifests.pod_defaults import apply_pod_defaults
 from a2rl_operator.manifests.secret import store_env_from
 
 SUFFIX_GATEWAY = "gateway"
@@ -205,7 +206,8 @@ def gateway_job(body: Body, spec: BenchRunSpec, config: OperatorConfig, deadline
     }
     if not spec.queue_name:
         job_spec["activeDeadlineSeconds"] = deadline_s
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
+    job: Manifest = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
+    return apply_pod_defaults(job, config.pod_defaults, "gateway")
 
 
 def gateway_service(body: Body) -> Manifest:

@@ -53,6 +53,7 @@ from a2rl_operator.manifests.common import (
 )
 from a2rl_operator.manifests.dns import HostPin, pod_dns
 from a2rl_operator.manifests.gateway import has_gateway, stack_command, stack_env
+from a2rl_operator.manifests.pod_defaults import apply_pod_defaults
 from a2rl_operator.manifests.rbac import runner_name
 from a2rl_operator.manifests.secret import store_env_from
 
@@ -330,7 +331,7 @@ def workspace_job(
     template_meta: Manifest = {"labels": pod_labels}
     if pod_annotations:
         template_meta["annotations"] = pod_annotations
-    return {
+    job: Manifest = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": meta,
@@ -343,3 +344,4 @@ def workspace_job(
             "template": {"metadata": template_meta, "spec": pod_spec},
         },
     }
+    return apply_pod_defaults(job, config.pod_defaults, "workspace")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from a2rl.api.benchrun import BenchRunSpec
+from a2rl.api.chart_values import PodDefaults
 from a2rl.constants import COMPONENT_REPORT
 from a2rl.launch import OFFLINE_ENV
 from a2rl.store.layout import RunLayout
@@ -34,6 +35,7 @@ from a2rl_operator.manifests.eval_job import (
     SCRATCH_VOLUME,
     hardened_security_context,
 )
+from a2rl_operator.manifests.pod_defaults import apply_pod_defaults
 from a2rl_operator.manifests.secret import report_store_env_from
 
 REPORT_CONTAINER = "report"
@@ -53,9 +55,16 @@ def report_command(run: Body, store_uri: str) -> list[str]:
 
 
 def report_job(
-    run: Body, spec: BenchRunSpec, store_uri: str, grading: GradingConfig, *, pins: Sequence[HostPin] = ()
+    run: Body,
+    spec: BenchRunSpec,
+    store_uri: str,
+    grading: GradingConfig,
+    *,
+    pins: Sequence[HostPin] = (),
+    pod_defaults: PodDefaults | None = None,
 ) -> Manifest:
-    """The run's report Job. The pod has no DNS: `pins` are the only names it resolves."""
+    """The run's report Job. The pod has no DNS: `pins` are the only names it resolves;
+    `pod_defaults`: the operator's, its `report` part merged into the pod."""
     if not grading.grader_image:
         raise ValueError("grading is off: no grader image configured")
     amounts = {
@@ -83,7 +92,7 @@ def report_job(
         "volumes": [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": grading.report_ephemeral_storage}}],
         **pod_dns(pins),
     }
-    return {
+    job: Manifest = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": object_meta(run, report_job_name(run["metadata"]["name"]), COMPONENT_REPORT),
@@ -93,3 +102,4 @@ def report_job(
             "template": {"metadata": {"labels": run_labels(run, COMPONENT_REPORT)}, "spec": pod_spec},
         },
     }
+    return apply_pod_defaults(job, pod_defaults, "report")
