@@ -244,6 +244,46 @@ class ReportTrajectory(Record):
     backgrounded: int | None = None
 
 
+class ReportHeadline(Record):
+    """`headline`: the run's story at a glance (docs/report.md, "Headline"), computed once by
+    `a2rl_grader.report.headline.compute_headline` and shown first by every format."""
+
+    #: `improved` | `no change` | `worse` | `no valid submission` | `no baseline`.
+    verdict: str | None = None
+    #: Why, in words: the comparison, and the run's end reason.
+    reason: str | None = None
+    baseline_score: int | float | None = None
+    best_score: int | float | None = None
+    best_submission: int | None = None
+    #: `best_score - baseline_score` (null when either is null).
+    delta: int | float | None = None
+    valid_submissions: int | None = None
+    total_submissions: int | None = None
+    #: Seconds from the run's start to its end (or last activity) and the wall-clock budget.
+    used_s: int | float | None = None
+    budget_s: int | float | None = None
+    #: `used_s / budget_s` as a percentage (rounded to 1 decimal).
+    budget_used_pct: int | float | None = None
+    end_reason: str | None = None
+    #: Held-out items each score is computed on, and `spec.evaluation.limit` (null: no limit).
+    eval_items: int | None = None
+    eval_limit: int | None = None
+    protocol: str | None = None
+    #: The task's metric (e.g. "exact match (%)") and its range ([0, 100] for a percentage).
+    metric: str | None = None
+    metric_range: list[int | float] | None = None
+    #: What isolated the agent (run.json `sandbox`); `sandboxed` is false for "none".
+    sandbox: str | None = None
+    sandboxed: bool | None = None
+    #: Whether the results were checked against their seals (the run's key was at hand),
+    #: how many passed (`results_verified`) and how many failed (`results_tampered`).
+    results_checked: bool | None = None
+    #: Results with a seal (`submissions/<n>/seal.json`), whether or not they could be checked.
+    results_sealed: int | None = None
+    results_verified: int | None = None
+    results_tampered: int | None = None
+
+
 class ReportRecord(Record):
     """`<namespace>/<name>-<uid>/report/report.json`; the headline numbers repeat `metrics`'."""
 
@@ -257,6 +297,8 @@ class ReportRecord(Record):
     valid_submissions: int | None = None
     #: The post-training route (SFT / RL / SFT→RL / copy-of-base); not classified yet (null).
     route: str | None = None
+    #: The run's story at a glance; absent in reports written before it existed.
+    headline: ReportHeadline | None = None
     baseline: ReportBaseline | None = None
     metrics: ReportMetrics = ReportMetrics()
     submissions: list[ReportSubmission] = []

@@ -1,9 +1,15 @@
-"""`a2rl report [RUN]`: print a run's report (Markdown, or JSON with --json), building it if needed."""
+"""`a2rl report [RUN]`: show a run's report, building it if needed: for the terminal (default),
+as Markdown (--md), report.json (--json), or the HTML page (--html prints its path, --open opens it)."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from a2rl.errors import A2rlError
@@ -26,7 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("run", nargs="?", metavar="RUN", help="the run (default: the newest run)")
     parser.add_argument("--latest", action="store_true", help="the run with the newest start time")
-    parser.add_argument("--json", action="store_true", help="print report.json instead of Markdown")
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--md", action="store_true", help="print report.md instead of the terminal view")
+    form.add_argument("--json", action="store_true", help="print report.json instead of the terminal view")
+    form.add_argument("--html", action="store_true", help="print the path of the HTML page (report.html)")
+    form.add_argument(
+        "--open", action="store_true", help="open the HTML page (platform opener), else print its path"
+    )
     parser.add_argument("--store", metavar="URI", default=None, help="object store (default: ~/.a2rl/store)")
     parser.add_argument("--regenerate", action="store_true", help="rebuild the report even if one is stored")
     parser.set_defaults(func=_report)
@@ -47,11 +59,64 @@ def _report(args: argparse.Namespace) -> int:
         from a2rl_grader.report.metrics import report_json_bytes
 
         sys.stdout.write(report_json_bytes(report).decode())  # report.json as stored
-    else:
+    elif args.md:
         from a2rl_grader.report.render import render_markdown
 
         sys.stdout.write(render_markdown(report))
+    elif args.html or args.open:
+        page = html_path(store, layout)
+        if args.open and open_page(page):
+            print(f"opened {page}")
+        else:
+            print(page if args.html else f"no opener found (xdg-open, open); the page: {page}")
+    else:
+        from a2rl_grader.report.text import render_text
+
+        sys.stdout.write(render_text(report))
     return 0
+
+
+def html_path(store: ObjectStore, layout: RunLayout) -> Path:
+    """The stored report.html as a local file: in place for a local store, else with its plot
+    copied into a new temporary folder."""
+    from a2rl_grader.report.write import REPORT_HTML, TRAJECTORY_PNG, report_key
+
+    from a2rl.store.local import LocalStore
+
+    if isinstance(store, LocalStore):
+        return store.root.joinpath(*report_key(layout, REPORT_HTML).split("/"))
+    folder = Path(tempfile.mkdtemp(prefix=f"a2rl-report-{layout.name}-"))
+    for name in (REPORT_HTML, TRAJECTORY_PNG):
+        store.get_file(report_key(layout, name), folder / name)
+    return folder / REPORT_HTML
+
+
+def opener() -> list[str] | None:
+    """The platform's command that opens a file in its default application, None without one."""
+    if sys.platform == "darwin":
+        return ["open"]
+    if sys.platform == "win32":
+        return ["cmd", "/c", "start", ""]
+    found = shutil.which("xdg-open")
+    return [found] if found else None
+
+
+def open_page(page: Path) -> bool:
+    """Open `page` with the platform's opener, detached; False when there is none or it fails."""
+    command = opener()
+    if command is None:
+        return False
+    try:
+        subprocess.Popen(
+            [*command, str(page)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=os.name == "posix",
+        )
+    except OSError:
+        return False
+    return True
 
 
 def _current_report(
@@ -62,7 +127,8 @@ def _current_report(
 
     if not regenerate and ended_at is not None:
         stored = read_report(store, layout)
-        # A report written while the run was still going (ended_at differs) is stale.
-        if stored is not None and stored.run.ended_at == ended_at:
+        # A report written while the run was still going (ended_at differs) is stale, and so is
+        # one written before the headline existed.
+        if stored is not None and stored.run.ended_at == ended_at and stored.headline is not None:
             return stored
     return write_report(store, layout)

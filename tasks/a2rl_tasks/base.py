@@ -59,6 +59,8 @@ class Task(ABC):
     level: str
     #: Human-readable metric, e.g. "exact match (%)".
     metric: str
+    #: The range every score lies in (the report's plot spans it): 0 to 100 for a percentage.
+    metric_range: ClassVar[tuple[float, float]] = (0.0, 100.0)
     #: Bumped whenever prompts, decoding or scoring change; part of the baseline cache key.
     evaluator_version: str
     #: Version of the staged data format/content; part of the staging cache key.

@@ -12,7 +12,7 @@ from a2rl.store.local import LocalStore
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
-#: report.json's top-level keys before the driver and trajectory sections existed.
+#: report.json's top-level keys of every run (the driver and trajectory sections are extra).
 CLASSIC_KEYS = {
     "schema_version",
     "run",
@@ -23,6 +23,7 @@ CLASSIC_KEYS = {
     "total_submissions",
     "valid_submissions",
     "route",
+    "headline",
     "baseline",
     "metrics",
     "submissions",

@@ -221,10 +221,10 @@ def test_markdown_and_html_show_driver_trajectory_and_timeline(tmp_path: Path) -
     assert "| Tokens in / out / cached | 5000 / 500 / 2000 |" in md
     assert "| Latency p50 / p95 | 0.3 s / 1.0 s |" in md
     assert "| Budget | 5000 tokens (1.1 used) |" in md
-    assert "yes, at 90.0 s (the run's driver budget (5000 tokens) is exhausted" in md
+    assert "yes, at 1:30 (the run's driver budget (5000 tokens) is exhausted" in md
     assert "| gpt-5-2025-08-07 | 5 | 0 | 5000 | 500 | 0 | $0.0100 | 0.3 | 1.0 |" in md
     assert "| training | 1 |" in md
-    assert "| 3 | 30.3 | training | command_execution | python3 code/train.py |" in md
+    assert "| 3 | 0:30 | training | command_execution | python3 code/train.py |" in md
     timeline = md[md.index("## Timeline") :].split("\n## ")[0]
     rows = [line for line in timeline.splitlines() if line.startswith("| ")][1:]
     assert [r.split(" | ")[0] for r in rows] == [
@@ -234,7 +234,9 @@ def test_markdown_and_html_show_driver_trajectory_and_timeline(tmp_path: Path) -
         "| tool call 3: training",
         "| tool call 4: submission",
     ]
-    assert "| tool call 4: submission | agent (command_execution) | 60.4 | - | - | - |" in timeline
+    # Times since the run's start (m:ss); no step failed, so no status column (OpenTelemetry's UNSET).
+    assert "| tool call 4: submission | agent (command_execution) | 1:00 | - | - |" in timeline
+    assert "| step | service | start | duration s | spans under it |" in timeline and "UNSET" not in timeline
     page = render_html(report)
     assert "<h2>Driver</h2>" in page and "<h2>Agent trajectory</h2>" in page
     assert "<td>tool call 3: training</td>" in page
@@ -318,7 +320,7 @@ def test_a_training_the_stack_moved_to_the_background_is_reported(tmp_path: Path
     assert "backgrounded" not in t.calls[1].to_json()
     md = render_markdown(report)
     assert "1 still-running command(s) moved to the background by the stack (training 1)" in md
-    assert "| 1 | 40.0 | training | Bash | ⧗ python3 code/train.py > train.log 2>&1 |" in md
+    assert "| 1 | 0:40 | training | Bash | ⧗ python3 code/train.py > train.log 2>&1 |" in md
     assert "moved to the background by the stack" in render_html(report)
 
 

@@ -82,14 +82,14 @@ def test_cli_markdown_reuses_a_finished_report_unless_regenerate(
     store: LocalStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     w = sample_run(tmp_path, store)
-    assert main(["report", "demo", "--store", str(store.root)]) == 0
-    assert "| Best score | 42.5 (submission 3) |" in capsys.readouterr().out
+    assert main(["report", "demo", "--md", "--store", str(store.root)]) == 0
+    assert "| Score | baseline 5.0 → best 42.5 (#3), Δ +37.5 |" in capsys.readouterr().out
     # A later result (the in-flight evaluation finishing) only shows after --regenerate.
     store.put_json(w.layout.submission_result(5), {"index": 5, "score": 60.0, "error": None})
-    assert main(["report", "demo", "--store", str(store.root)]) == 0
-    assert "| Best score | 42.5 (submission 3) |" in capsys.readouterr().out
-    assert main(["report", "demo", "--regenerate", "--store", str(store.root)]) == 0
-    assert "| Best score | 60.0 (submission 5) |" in capsys.readouterr().out
+    assert main(["report", "demo", "--md", "--store", str(store.root)]) == 0
+    assert "| Score | baseline 5.0 → best 42.5 (#3), Δ +37.5 |" in capsys.readouterr().out
+    assert main(["report", "demo", "--md", "--regenerate", "--store", str(store.root)]) == 0
+    assert "| Score | baseline 5.0 → best 60.0 (#5), Δ +55.0 |" in capsys.readouterr().out
 
 
 def test_cli_rebuilds_a_report_of_a_run_still_going(

@@ -80,13 +80,14 @@ def test_markdown_and_html_contain_the_key_rows(tmp_path: Path) -> None:
     report = build_report(load_history(w.store, w.layout))
     md = render_markdown(report)
     for needle in (
+        "## Headline",
+        "**▲ IMPROVED: best 42.5 (#3) is 37.5 above the baseline 5.0; run ended: completed**",
+        "| Score | baseline 5.0 → best 42.5 (#3), Δ +37.5 |",
+        "| Valid submissions | 3 of 5 |",
         "## Summary",
         "## Submissions",
         "## Code revisions",
         "## Metrics",
-        "| Best score | 42.5 (submission 3) |",
-        "| Baseline score | 5.0 |",
-        "| Improvement | 37.5 |",
         "no: model could not be loaded",
         "no: no result",
         f"{w.base.digest[:12]} (base)",
@@ -95,8 +96,11 @@ def test_markdown_and_html_contain_the_key_rows(tmp_path: Path) -> None:
         "| Copies of the base model | 1 |",
     ):
         assert needle in md, needle
-    # Every submission has one row: 3.3 minutes (200 s) for submission 3 with its score.
-    assert "| 3 | 3.3 | 42.5 | yes | 42.5 |" in md
+    # Every submission has one row: 3:20 (200 s since the start) for submission 3 with its score.
+    assert "| 3 | 3:20 | 42.5 | yes | 42.5 |" in md
+    # Each fact once: the headline's numbers are not repeated in the summary or the metrics.
+    assert "| Baseline score |" not in md and "| Best score |" not in md and "| Budget used |" in md
+    assert md.count("| Valid submissions |") == 1 and "| Improvement" not in md
     page = render_html(report, "trajectory.png")
     assert page.startswith("<!DOCTYPE html>") and "<img src='trajectory.png'" in page
     assert "42.5" in page and "<script" not in page
@@ -116,13 +120,16 @@ def test_the_report_names_the_sandbox_and_warns_without_one(tmp_path: Path) -> N
     sandboxed = sample_run(tmp_path / "a")
     sandboxed.run_json(sandbox="bubblewrap 0.8.0")
     md = render_markdown(build_report(load_history(sandboxed.store, sandboxed.layout)))
-    assert "| Sandbox | bubblewrap 0.8.0 |" in md and "--no-sandbox" not in md
+    assert (
+        "| Integrity | ? sandboxed (bubblewrap 0.8.0); not verified here (no run key" in md
+        and "--no-sandbox" not in md
+    )
 
     bare = sample_run(tmp_path / "b")
     bare.run_json(sandbox="none")
     report = build_report(load_history(bare.store, bare.layout))
     assert report.run.sandbox == "none"
     md = render_markdown(report)
-    assert "| Sandbox | none |" in md
+    assert "| Integrity | ✗ NOT sandboxed (--no-sandbox);" in md
     assert "## Integrity" in md and "without the local sandbox (--no-sandbox)" in md
     assert "without the local sandbox (--no-sandbox)" in render_html(report)

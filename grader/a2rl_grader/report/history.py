@@ -32,7 +32,7 @@ from a2rl.trajectory import AnswerCalls, answer_tool_calls, stream_events
 
 NO_RESULT_ERROR = "no result"
 
-_SUBMISSION_KEY = re.compile(r"/submissions/(\d+)/(manifest|result)\.json$")
+_SUBMISSION_KEY = re.compile(r"/submissions/(\d+)/(manifest|result|seal)\.json$")
 _REVISION_KEY = re.compile(r"/revisions/(\d+)\.json$")
 _DRIVER_CALL_KEY = re.compile(r"/driver/calls/(\d+)\.json$")
 
@@ -211,6 +211,10 @@ class RunHistory:
     driver_calls: tuple[DriverCall, ...] = ()  # index order
     #: The agent stack's event stream (`agent/trajectory.jsonl`) as JSON objects; None when absent.
     agent_events: tuple[dict[str, Any], ...] | None = None
+    #: The results were checked against their seals (`load_history` had the run's key).
+    results_checked: bool = False
+    #: Results that have a seal (`submissions/<n>/seal.json`), checked or not.
+    results_sealed: int = 0
 
     @property
     def stack(self) -> str | None:
@@ -240,6 +244,7 @@ def load_history(store: ObjectStore, layout: RunLayout, *, run_key: bytes | None
     run = read_run_info(store, layout)
     manifests: dict[int, SubmissionManifest | None] = {}
     results: dict[int, ResultRecord | None] = {}
+    sealed: set[int] = set()
     for key in store.list(layout.submissions):
         match = _SUBMISSION_KEY.search(key)
         if match is None:
@@ -247,6 +252,8 @@ def load_history(store: ObjectStore, layout: RunLayout, *, run_key: bytes | None
         index = int(match.group(1))
         if match.group(2) == "manifest":
             manifests[index] = read_record(store, key, SubmissionManifest)
+        elif match.group(2) == "seal":
+            sealed.add(index)
         else:
             results[index] = checked_result(store, layout, index, run_key)
     subs = [
@@ -268,6 +275,8 @@ def load_history(store: ObjectStore, layout: RunLayout, *, run_key: bytes | None
         driver_summary=read_record(store, layout.driver_summary, DriverSummary),
         driver_calls=load_driver_calls(store, layout),
         agent_events=load_agent_events(store, layout),
+        results_checked=run_key is not None,
+        results_sealed=len(sealed & results.keys()),
     )
 
 

@@ -29,6 +29,7 @@ from a2rl.records.report import (
 from a2rl.scores import SCORE_DIGITS, Scored, summarize
 from a2rl.tracing.spans import timeline
 from a2rl_grader.report.driver import driver_section
+from a2rl_grader.report.headline import compute_headline
 from a2rl_grader.report.history import Revision, RunHistory, Submission
 from a2rl_grader.report.times import RATIO_DIGITS, SECONDS_DIGITS, iso, origin, seconds_since
 from a2rl_grader.report.tool_calls import trajectory_section
@@ -299,6 +300,7 @@ def build_report(history: RunHistory, spans: Sequence[Mapping[str, Any]] = ()) -
         total_submissions=metrics.total_submissions,
         valid_submissions=metrics.valid_submissions,
         route=None,  # route classification (SFT / RL / SFT→RL / copy-of-base) comes later
+        headline=compute_headline(history, metrics),
         baseline=baseline_row(history),
         metrics=metrics,
         submissions=submission_rows(history),

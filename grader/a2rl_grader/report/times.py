@@ -27,3 +27,15 @@ def seconds_since(start: datetime | None, moment: datetime | None) -> float | No
     if start is None or moment is None:
         return None
     return round((moment - start).total_seconds(), SECONDS_DIGITS)
+
+
+def clock(seconds: float | None) -> str:
+    """The page's one time base: seconds since the run's start as `m:ss` (`h:mm:ss` from an hour
+    on; negative before the start, e.g. the baseline's `-0:20`); "-" for None."""
+    if seconds is None:
+        return "-"
+    sign = "-" if seconds < 0 else ""
+    total = int(abs(seconds) + 0.5)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{sign}{hours}:{minutes:02d}:{secs:02d}" if hours else f"{sign}{minutes}:{secs:02d}"
