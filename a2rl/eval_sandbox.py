@@ -9,9 +9,12 @@ so it gets a box of its own, built here for both of its launchers (the recorder'
   ``A2RL_EVAL_MAX_PROCESSES`` (default 4096), by cgroup where we may create one, else rlimits;
 - **bubblewrap** (``A2RL_EVAL_SANDBOX``: ``auto`` — the default — when bubblewrap works here,
   ``bwrap`` to require it, ``none``): its own user (no capabilities), PID, IPC, UTS and network
-  namespaces — a loopback interface only, unless the evaluation itself needs the network (a
-  task with a judge or search endpoint, or a store that is not a local directory) — and a
-  read-only view of the host's file system, its `/etc` an allow-list (`a2rl.host_etc`):
+  namespaces — a loopback interface only; an evaluation that calls endpoints (a judge, a search
+  API, an S3 store) reaches exactly those through a proxy outside (`a2rl.egress_proxy`, relayed
+  in by `a2rl.sandbox_relay`) and nothing else — and a read-only allow-list of the host's
+  files over an empty root (`a2rl.eval_view`: the system directories, the toolchain, the caches
+  and data an evaluation reads, what the caller names; `/etc` by `a2rl.host_etc`), so that a
+  root launcher's eval process, host root by its uid, reads no other root-only file:
   writable are only a scratch directory (``TMPDIR``, the caches), the directories the caller
   names and, of a local store, the keys it names (the run's prefix; everything else in the store
   is bound back read-only); secrets the evaluation does not need (the machine keys) are hidden;
@@ -27,6 +30,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
@@ -41,16 +45,19 @@ from a2rl.constants import (
     ENV_EVAL_SANDBOX,
     ENV_EVAL_TIMEOUT,
 )
+from a2rl.egress_proxy import EGRESS_PORT, EgressProxy, describe_addresses, egress_addresses, proxy_env
 from a2rl.errors import A2rlError
+from a2rl.eval_view import eval_readable, view_argv
 from a2rl.host_etc import ETC_ALLOWED, ETC_EVAL_HOST, etc_entries
 from a2rl.limits import EXCEEDED_MEMORY, EXCEEDED_PROCESSES, Containment, Limits, LimitUsage, contain
+from a2rl.sandbox_relay import relay_command
 
 DEFAULT_MAX_PROCESSES = 4096
 DEFAULT_MEMORY_FRACTION = 0.75
 SANDBOX_MODES = ("auto", "bwrap", "none")
 #: GPU device nodes passed through when present (NVIDIA, DRM render nodes).
 GPU_DEVICE_GLOBS = ("nvidia*", "nvidia-caps", "dri")
-#: Namespaces and privileges of the eval sandbox (the network is added unless shared). Nested
+#: Namespaces and privileges of the eval sandbox (with ``--unshare-net``). Nested
 #: user namespaces stay allowed: HumanEval's code sandbox makes one (`a2rl_tasks.sandbox`).
 BWRAP_FLAGS = (
     "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
@@ -166,18 +173,22 @@ def eval_bwrap_argv(
     bwrap: str,
     *,
     writable: Sequence[Path],
-    share_net: bool,
     shm_bytes: int,
     devices: Sequence[Path] = (),
     store: Sequence[str] = (),
     hidden: Sequence[Path] = (),
     etc: Sequence[str] = (),
+    sockets: Sequence[Path] = (),
+    view: Sequence[str],
 ) -> list[str]:
     """bubblewrap's part of the command line (ends with ``--``; the eval command follows).
     `store`: `store_binds` arguments; `hidden`: directories replaced by an empty tmpfs; `etc`: the
-    host's `/etc` entries shown, over an empty `/etc` (`eval_etc_entries`)."""
+    host's `/etc` entries shown, over an empty `/etc` (`eval_etc_entries`); `sockets`: directories
+    of Unix sockets the box connects to (its egress proxy's), shown read-only over anything else;
+    `view`: what it shows of the host besides (`a2rl.eval_view.view_argv`) over an empty,
+    read-only root."""
     argv = [bwrap, *BWRAP_FLAGS, "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-    argv += ["--share-net" if share_net else "--unshare-net", "--ro-bind", "/", "/", "--tmpfs", "/etc"]
+    argv += ["--unshare-net", *view, "--tmpfs", "/etc"]
     for entry in etc:
         argv += ["--ro-bind", entry, entry]
     argv += ["--proc", "/proc", *KERNEL_SETTINGS_READ_ONLY]
@@ -189,7 +200,9 @@ def eval_bwrap_argv(
     argv += store
     for path in hidden:
         argv += ["--tmpfs", str(path)]
-    return [*argv, "--"]
+    for path in sockets:
+        argv += ["--ro-bind", str(path), str(path)]
+    return [*argv, "--remount-ro", "/", "--"]
 
 
 def eval_etc_entries(etc: str = "/etc") -> tuple[str, ...]:
@@ -205,6 +218,8 @@ def scratch_env(scratch: Path) -> dict[str, str]:
         "TMPDIR": str(scratch),
         "XDG_CACHE_HOME": str(scratch / ".cache"),
         "TRITON_CACHE_DIR": str(scratch / ".triton"),
+        # torch sets it in the launcher on import (a host path under /tmp the box does not show)
+        "TORCHINDUCTOR_CACHE_DIR": str(scratch / ".torchinductor"),
         "MPLCONFIGDIR": str(scratch / ".matplotlib"),
         "PYTHONUNBUFFERED": "1",
     }
@@ -213,7 +228,7 @@ def scratch_env(scratch: Path) -> dict[str, str]:
 class EvalBox:
     """One eval process's sandbox: its containment, its bubblewrap prefix and environment.
 
-    ``with EvalBox("eval-00003", writable=[store_dir], network=False) as box:`` then start
+    ``with EvalBox("eval-00003", writable=[store_dir], endpoints=[judge_url]) as box:`` then start
     ``[*box.prefix, *argv]`` with ``env={**env, **box.env}`` and ``preexec_fn=box.preexec``;
     afterwards `problem()` says which limit ended it, if one did.
     """
@@ -226,12 +241,16 @@ class EvalBox:
         store_root: Path | None = None,
         store_writable: Sequence[str] = (),
         hidden: Sequence[Path] = (),
-        network: bool = False,
+        readable: Sequence[Path] = (),
+        endpoints: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
     ) -> None:
         """`writable`: directories writable inside (made when missing); `store_root` and
         `store_writable`: a local store, writable only under those keys; `hidden`: directories
-        shown empty (secrets the evaluation does not need)."""
+        shown empty (secrets the evaluation does not need); `readable`: what the evaluation reads
+        besides what every one does (`a2rl.eval_view.eval_readable`), e.g. its held-out data;
+        `endpoints`: the URLs the evaluation calls (its judge, its search API, its S3 store), the
+        only places it reaches."""
         env = os.environ if env is None else env
         mode = env.get(ENV_EVAL_SANDBOX, "auto").strip() or "auto"
         if mode not in SANDBOX_MODES:
@@ -246,8 +265,11 @@ class EvalBox:
         self.containment: Containment = contain(name, self.limits)
         self.env = scratch_env(self.scratch)
         self.sandboxed = bwrap is not None
-        self.network = network or bwrap is None
+        self.egress: EgressProxy | None = None
+        addresses = egress_addresses(endpoints)
+        self.network = "loopback only"
         if bwrap is None:
+            self.network = "the host's network"
             self.prefix: list[str] = []
         else:
             for path in writable:
@@ -258,16 +280,24 @@ class EvalBox:
                     (store_root / key).mkdir(parents=True, exist_ok=True)
                 store = store_binds(store_root, store_writable)
             assert self.limits.memory_bytes is not None
+            # Not under TMPDIR: a Unix socket's path has at most 107 bytes.
+            sockets = Path(tempfile.mkdtemp(prefix="a2rl-egress-", dir="/tmp")) if addresses else None
             self.prefix = eval_bwrap_argv(
                 bwrap,
                 writable=[self.scratch, *writable],
-                share_net=network,
                 shm_bytes=max(self.limits.memory_bytes // 4, 64 << 20),
                 devices=gpu_devices(),
                 store=store,
                 hidden=[p for p in hidden if p.is_dir()],
                 etc=eval_etc_entries(),
+                sockets=[sockets] if sockets else [],
+                view=view_argv(eval_readable(readable, env)),
             )
+            if sockets is not None:
+                self.egress = EgressProxy(addresses, sockets / "proxy.sock")
+                self.prefix += relay_command(sys.executable, [(EGRESS_PORT, str(self.egress.path))], [])
+                self.env.update(proxy_env(EGRESS_PORT))
+                self.network = f"only {describe_addresses(addresses)} (through a proxy)"
 
     @property
     def preexec(self) -> Callable[[], None]:
@@ -277,12 +307,11 @@ class EvalBox:
     def describe(self) -> str:
         """One line for the eval log: what contains this evaluation."""
         where = (
-            "bubblewrap"
+            "bubblewrap, host files by allow-list"
             if self.sandboxed
             else "no sandbox (bubblewrap unavailable or A2RL_EVAL_SANDBOX=none)"
         )
-        net = "network shared" if self.network else "loopback only"
-        return f"eval sandbox: {where}, {net}; limits: {self.containment.describe()}"
+        return f"eval sandbox: {where}, network: {self.network}; limits: {self.containment.describe()}"
 
     def usage(self) -> LimitUsage:
         return self.containment.usage()
@@ -297,6 +326,9 @@ class EvalBox:
         return None
 
     def close(self) -> None:
+        if self.egress is not None:
+            self.egress.close()
+            shutil.rmtree(self.egress.path.parent, ignore_errors=True)
         self.containment.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 

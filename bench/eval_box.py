@@ -55,7 +55,8 @@ def _once(mode: str, argv: list[str]) -> float:
         _checked(subprocess.run(argv, capture_output=True, text=True, check=False), mode)
         return time.perf_counter() - started
     env: Mapping[str, str] = {**os.environ, ENV_EVAL_SANDBOX: "none" if mode == "limits" else "bwrap"}
-    with EvalBox("bench-eval", env=env) as box:
+    shown = [Path(arg) for arg in argv[1:] if arg.startswith("/")]  # the model, as a launcher names it
+    with EvalBox("bench-eval", env=env, readable=shown) as box:
         proc = subprocess.run(
             [*box.prefix, *argv],
             env={**os.environ, **box.env},

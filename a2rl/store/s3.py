@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import urllib3
 from minio import Minio
@@ -49,7 +51,7 @@ class S3Store(ObjectStore):
             secret_key=secret_key,
             secure=secure,
             region=region,
-            http_client=_http_client(),
+            http_client=_http_client(endpoint, secure),
         )
         self.uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
         if create_bucket:
@@ -159,11 +161,21 @@ class S3Store(ObjectStore):
         return exc
 
 
-def _http_client() -> urllib3.PoolManager:
+def _http_client(endpoint: str, secure: bool) -> urllib3.PoolManager:
     # minio's default waits 5 minutes to connect; an unreachable store should fail in seconds.
     retry = urllib3.Retry(total=3, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504])
     timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
-    return urllib3.PoolManager(timeout=timeout, maxsize=16, retries=retry)
+    return http_client(endpoint, secure, timeout=timeout, maxsize=16, retries=retry)
+
+
+def http_client(endpoint: str, secure: bool, **pool: Any) -> urllib3.PoolManager:
+    """A connection pool for the store at `endpoint` (``host:port``): through the proxy the
+    environment names for its scheme unless ``NO_PROXY`` exempts it (read as urllib reads them;
+    the eval box's way out, `a2rl.egress_proxy`), else direct. minio's own default ignores them."""
+    proxy = urllib.request.getproxies().get("https" if secure else "http")
+    if proxy and not urllib.request.proxy_bypass(endpoint):
+        return urllib3.ProxyManager(proxy, **pool)
+    return urllib3.PoolManager(**pool)
 
 
 class _HashingReader:

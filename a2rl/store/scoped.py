@@ -244,14 +244,20 @@ class MinioScoper:
     def __init__(self, endpoint_url: str, access_key: str, secret_key: str) -> None:
         from minio import MinioAdmin
         from minio.credentials import StaticProvider
-        from urllib3 import PoolManager, Retry, Timeout
+        from urllib3 import Retry, Timeout
+
+        from a2rl.store.s3 import http_client
 
         parsed = urlparse(endpoint_url if "://" in endpoint_url else f"http://{endpoint_url}")
         if not parsed.netloc:
             raise ScopeUnavailableError(f"no S3 endpoint to administer: {endpoint_url!r}")
         self.secret_key = secret_key
-        http = PoolManager(
-            timeout=Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S), retries=Retry(total=0), maxsize=2
+        http = http_client(
+            parsed.netloc,
+            parsed.scheme == "https",
+            timeout=Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S),
+            retries=Retry(total=0),
+            maxsize=2,
         )
         self.admin = MinioAdmin(
             endpoint=parsed.netloc,

@@ -3,17 +3,18 @@
 `EvaluationDispatcher.evaluate(index)` returns the submission's result as a `ResultRecord` (the
 content of `submissions/<n>/result.json`, or `ResultRecord.failure` when there is none). A failed
 dispatch is recorded in `submissions/<n>/dispatch.json` (a `DispatchRecord`).
-`LocalDispatcher` (local mode) runs the grader's crash-isolated eval process `a2rl eval
-submission …` in a sandbox of its own (`a2rl_grader.sandbox.submission_box`: no network, a
-read-only file system but its run's store prefix and a scratch directory, memory and process
-limits; docs/recorder.md "The eval process's sandbox"); the result is the one the process
-printed on its stdout (a pipe the agent cannot write to), the same it wrote to the store. With
-the run's key the dispatcher seals that result (`a2rl.records.result.seal_result`), so a
-result.json rewritten in the store afterwards (or before it was read) is detected by every
-reader. A crashed, killed (by a limit: "evaluation exceeded its memory limit (… GiB)") or
-timed-out eval process becomes a result with an `error` and a null score — never an exception
-in the recorder. Cluster mode: `a2rl_recorder.cluster_dispatch.ClusterDispatcher` (a
-BenchSubmission per submission; same protocol, plus `result(index)` for scores from its status).
+`LocalDispatcher` (local mode) runs the grader's crash-isolated eval process `a2rl eval submission
+…` in a sandbox of its own (`a2rl_grader.sandbox.submission_box`: no network but its endpoints, of
+the host's files a read-only allow-list with its held-out data, writable only its run's store
+prefix and a scratch directory, memory and process limits; docs/recorder.md "The eval process's
+sandbox"); the result is the one the process printed on its stdout (a pipe the agent cannot write
+to), the same it wrote to the store. With the run's key the dispatcher seals that result
+(`a2rl.records.result.seal_result`), so a result.json rewritten in the store afterwards (or before
+it was read) is detected by every reader. A crashed, killed (by a limit: "evaluation exceeded its
+memory limit (… GiB)") or timed-out eval process becomes a result with an `error` and a null score
+— never an exception in the recorder. Cluster mode:
+`a2rl_recorder.cluster_dispatch.ClusterDispatcher` (a BenchSubmission per submission; same
+protocol, plus `result(index)` for scores from its status).
 """
 
 from __future__ import annotations
@@ -131,7 +132,12 @@ class LocalDispatcher:
             return None, "evaluation cancelled: the run is ending", None
         try:
             box = submission_box(
-                index, task=self.task, store_uri=self.store.uri, run_prefix=self.layout.prefix
+                index,
+                task=self.task,
+                store_uri=self.store.uri,
+                run_prefix=self.layout.prefix,
+                heldout=self.heldout,
+                python=self.python,
             )
         except Exception as exc:  # bad limits configuration, no cgroup and no rlimits, …
             log.exception("no sandbox for the evaluation of submission %d", index)

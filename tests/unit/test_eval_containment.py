@@ -13,13 +13,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,6 +42,7 @@ from a2rl_tasks.base import StagedData
 
 from a2rl.constants import ENV_EVAL_MEMORY_BYTES
 from a2rl.eval_sandbox import find_bwrap, store_binds
+from a2rl.eval_view import eval_readable
 from a2rl.local_keys import keys_dir
 from a2rl.records.tree import TreeRecord
 from a2rl.store.cas import snapshot_tree
@@ -216,6 +220,25 @@ def test_store_binds_leave_only_the_named_keys_writable(tmp_path: Path) -> None:
     assert read_only == {str(root / "local/other-run-1"), str(root / "baselines"), str(root / "models")}
 
 
+def test_the_eval_view_is_the_toolchain_and_what_the_launcher_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Hugging Face snapshot as the base model: its files are links into the cache's blobs."""
+    monkeypatch.setenv("A2RL_CACHE_DIR", str(tmp_path / "cache"))
+    blob = tmp_path / "hub" / "blobs" / "4f2a"
+    blob.parent.mkdir(parents=True)
+    blob.write_text("weights")
+    snapshot = tmp_path / "hub" / "snapshots" / "rev"
+    snapshot.mkdir(parents=True)
+    (snapshot / "model.safetensors").symlink_to("../../blobs/4f2a")
+    env = {"HF_HOME": str(tmp_path / "hf"), "LD_LIBRARY_PATH": f"/:{tmp_path / 'lib'}:lib"}
+    readable = eval_readable([snapshot, Path.home()], env=env)
+    assert {snapshot, blob, tmp_path / "hf", tmp_path / "lib", Path(sys.prefix)} <= set(readable)
+    assert Path("/") not in readable and Path.home() not in readable  # too wide: left out
+    assert not [p for p in readable if p == keys_dir() or p in keys_dir().parents]  # nor above them
+    assert tmp_path / "cache" / "data" not in readable and tmp_path / "cache" / "models" not in readable
+
+
 _PROBE = """
 import json, os, socket, sys
 out = {"interfaces": [name for _, name in socket.if_nameindex()], "uid": os.getuid()}
@@ -276,7 +299,9 @@ def test_the_eval_sandbox_has_no_network_and_writes_only_its_run(tmp_path: Path)
     threading.Thread(target=lambda: accepted.append(_accept(server)), daemon=True).start()
     port = server.getsockname()[1]
     try:
-        with submission_box(1, task="arith", store_uri=store.uri, run_prefix=PREFIX) as box:
+        with submission_box(
+            1, task="arith", store_uri=store.uri, run_prefix=PREFIX, heldout=tmp_path / "heldout"
+        ) as box:
             own = tmp_path / "store" / PREFIX
             secrets_here = [p for p in ROOT_ONLY_ETC if os.path.exists(p)]
             assert secrets_here, "no root-only /etc file to probe on this host"
@@ -300,7 +325,7 @@ def test_the_eval_sandbox_has_no_network_and_writes_only_its_run(tmp_path: Path)
     assert not accepted or accepted == [None]
     assert seen["own"] == "written"
     assert seen["other"] == "Read-only file system" and not (other / "planted.txt").exists()
-    assert seen["home"] == "Read-only file system"
+    assert seen["home"] in ("Read-only file system", "No such file or directory")
     assert seen["keys"] == []  # the machine keys are hidden from a submission's evaluation
     assert seen["uid"] != 0
     # Host root by its uid when the runner is root: the kernel's settings are read-only all the same.
@@ -310,6 +335,104 @@ def test_the_eval_sandbox_has_no_network_and_writes_only_its_run(tmp_path: Path)
     # … and root-only files are not there at all, while what programs need is.
     assert {p: seen["etc"][p] for p in secrets_here} == dict.fromkeys(secrets_here, "FileNotFoundError")
     assert all(r.startswith("read ") for p, r in seen["etc"].items() if p in NEEDED_ETC), seen["etc"]
+
+
+_READ = """
+import json, sys
+def read(path):
+    try:
+        with open(path, "rb") as f:
+            return f"read {len(f.read())} bytes"
+    except OSError as exc:
+        return type(exc).__name__
+print(json.dumps({p: read(p) for p in sys.argv[1:]}))
+"""
+
+
+def _read(path: Path) -> str:
+    try:
+        return f"read {len(path.read_bytes())} bytes"
+    except OSError as exc:
+        return type(exc).__name__
+
+
+@pytest.fixture
+def root_only_secrets() -> Iterator[list[Path]]:
+    """Secrets where hosts keep them, readable by their owner only (root, as `make test` runs): an
+    ssh key and cloud credentials in the home, a token in a 0700 directory under /tmp (another
+    run's scratch, a tool's socket directory), a service's state under /var/lib and /run."""
+    token = secrets.token_hex(4)
+    home, tmp = Path.home() / f".a2rl-probe-{token}", Path(tempfile.mkdtemp(prefix="a2rl-probe-"))
+    services = [Path(d) / f"a2rl-probe-{token}" for d in ("/var/lib", "/run") if os.access(d, os.W_OK)]
+    files = [home / ".ssh" / "id_ed25519", home / ".aws" / "credentials", tmp / "token"]
+    files += [d / "secret" for d in services]
+    try:
+        for path in files:
+            for directory in reversed(path.parents):
+                if not directory.exists():
+                    directory.mkdir(mode=0o700)
+            path.write_text(f"secret {token}\n")
+            path.chmod(0o600)
+        yield files
+    finally:
+        for directory in (home, tmp, *services):
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+@NEEDS_BWRAP
+def test_root_only_host_files_are_not_in_the_eval_sandbox(
+    root_only_secrets: list[Path], tiny_model: Path, staged_arith: StagedData, tmp_path: Path
+) -> None:
+    """Under a root launcher the eval process is host root by its uid: it sees none of the host's
+    root-only files outside what the evaluation reads, and the evaluation still scores."""
+    store = LocalStore(tmp_path / "store")
+    _record(store, 0, tiny_model)
+    _record(store, 1, tiny_model)
+    assert all(_read(p).startswith("read ") for p in root_only_secrets)  # their owner reads them
+    heldout = staged_arith.heldout_dir
+    needed = sorted(p for p in heldout.rglob("*") if p.is_file())[:1]
+    probed = [*root_only_secrets, *needed]
+    with submission_box(1, task="arith", store_uri=store.uri, run_prefix=PREFIX, heldout=heldout) as box:
+        done = subprocess.run(
+            [*box.prefix, sys.executable, "-c", _READ, *map(str, probed)],
+            env={**os.environ, **box.env},
+            preexec_fn=box.preexec,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    hidden = {str(p): seen[str(p)] for p in root_only_secrets}
+    assert set(hidden.values()) <= {"FileNotFoundError", "PermissionError"}, hidden
+    assert needed and all(seen[str(p)].startswith("read ") for p in needed), seen
+    result = _dispatcher(store, heldout, timeout_s=300).evaluate(1)  # the submission, the base model
+    assert result.error is None and result.score is not None, result.error
+
+
+@NEEDS_BWRAP
+def test_humaneval_programs_still_run_in_the_eval_sandbox(tmp_path: Path) -> None:
+    """HumanEval's code sandbox (`a2rl_tasks.sandbox`, its own namespaces inside the box) finds an
+    interpreter and its libraries in the allow-list view."""
+    store = LocalStore(tmp_path / "store")
+    code = (
+        "from a2rl_tasks.sandbox import isolation, run_program; "
+        "r = run_program('import json; assert sum(range(5)) == 10'); "
+        "print(r.status, '|', isolation().describe(), '|', r.output_tail)"
+    )
+    with submission_box(1, task="humaneval", store_uri=store.uri, run_prefix=PREFIX, heldout=tmp_path) as box:
+        done = subprocess.run(
+            [*box.prefix, sys.executable, "-c", code],
+            env={**os.environ, **box.env},
+            preexec_fn=box.preexec,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("passed | network namespace, pid namespace"), done.stdout
 
 
 def _accept(server: socket.socket) -> None:
@@ -324,7 +447,13 @@ def _accept(server: socket.socket) -> None:
 @NEEDS_BWRAP
 def test_the_baseline_sandbox_may_write_the_baseline_cache(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "store")
-    with baseline_box(task="arith", store_uri=store.uri, run_prefix=PREFIX) as box:
+    with baseline_box(
+        task="arith",
+        store_uri=store.uri,
+        run_prefix=PREFIX,
+        model_dir=tmp_path / "model",
+        heldout=tmp_path / "heldout",
+    ) as box:
         code = "import sys; open(sys.argv[1], 'w').write('x')"
         target = tmp_path / "store" / "baselines" / "probe.txt"
         done = subprocess.run(

@@ -885,7 +885,7 @@ def test_through_the_sandbox_relay_a_stream_still_arrives_incrementally(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     marker = tmp_path / "first-chunk"
-    argv = [sys.executable, "-m", "a2rl_runner.sandbox.relay", "--listen", f"{port}={sock_path}", "--"]
+    argv = [sys.executable, "-m", "a2rl.sandbox_relay", "--listen", f"{port}={sock_path}", "--"]
     agent = [sys.executable, "-c", AGENT_CLIENT, str(port), gw.config.token, str(marker)]
     with subprocess.Popen([*argv, *agent], stdout=subprocess.PIPE, text=True) as proc:
         assert upstream.hold.wait(20)

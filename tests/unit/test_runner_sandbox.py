@@ -32,9 +32,6 @@ from a2rl_runner.sandbox.policy import (
     exposed_private,
     relay_argv,
 )
-from a2rl_runner.sandbox.relay import listen as relay_listen
-from a2rl_runner.sandbox.relay import parse
-from a2rl_runner.sandbox.relay import serve as relay_serve
 from a2rl_runner.sandbox.setup import (
     Bubblewrap,
     RunSandbox,
@@ -46,6 +43,9 @@ from a2rl_runner.services import free_port
 from a2rl_runner.supervisor import AgentLaunch, AgentOutcome, AgentSupervisor
 
 from a2rl.errors import A2rlError
+from a2rl.sandbox_relay import listen as relay_listen
+from a2rl.sandbox_relay import parse
+from a2rl.sandbox_relay import serve as relay_serve
 
 
 def _bubblewrap() -> Bubblewrap | None:
@@ -156,7 +156,7 @@ def test_relay_parses_its_command_line() -> None:
         with pytest.raises(ValueError):
             parse(bad)
     assert relay_argv("/py", [Relay(1, "a.sock")], ["x"]) == [
-        "/py", "-m", "a2rl_runner.sandbox.relay", "--listen", "1=/run/a2rl/a.sock", "--", "x",
+        "/py", "-m", "a2rl.sandbox_relay", "--listen", "1=/run/a2rl/a.sock", "--", "x",
     ]  # fmt: skip
 
 

@@ -150,6 +150,9 @@ def test_cache_key_covers_model_and_messages(tmp_path: Path) -> None:
     assert (tmp_path / a[:2] / f"{a}.json").is_file()
     assert not list(tmp_path.rglob("*.tmp"))
     assert JudgeCache(None).get(a) is None
+    # A cache that cannot be written (the eval box shows it read-only) is read, never fatal.
+    (tmp_path / "file").write_text("")
+    JudgeCache(tmp_path / "file").put(a, "j", "correct")
 
 
 def test_judge_settings_never_reach_the_agent() -> None:

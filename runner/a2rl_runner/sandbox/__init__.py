@@ -1,4 +1,4 @@
 """The local sandbox: the agent in its own namespaces (bubblewrap), reaching only the run's APIs.
 
-Kept free of heavy imports: `relay` runs inside the sandbox as its first process.
+Its first process inside is the relay, `a2rl.sandbox_relay` (shared with the eval box).
 """

@@ -7,7 +7,7 @@ Its file system is built from nothing: the system directories, an allow-list of 
 (`a2rl.host_etc.ETC_ALLOWED`, plus a `passwd`, `group` and `hosts` of its own) and the toolchain
 read-only, the workspace writable except the base model and the data, a private `/tmp` and home, fresh `/proc`
 and `/dev`. Its network is a loopback interface only; the grading API and the driver gateway
-reach it through the relay (`a2rl_runner.sandbox.relay`), which listens on loopback ports inside
+reach it through the relay (`a2rl.sandbox_relay`), which listens on loopback ports inside
 and forwards to Unix sockets the runner mounts at `SOCKET_DIR`. Everything else of the machine —
 other processes, the store, the caches, held-out data, the user's home, tmux and ssh-agent
 sockets, root-only files under `/etc` — is absent.
@@ -20,17 +20,17 @@ into a staging directory it can enter (`a2rl_runner.sandbox.staging`).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from a2rl.host_system import outermost
+from a2rl.sandbox_relay import relay_command
 
 #: Where the relay's Unix sockets appear inside the sandbox.
 SOCKET_DIR = "/run/a2rl"
 #: The agent's home inside the sandbox (backed by the run's scratch directory).
 AGENT_HOME = "/home/agent"
-#: System directories shown read-only (a link on the host, e.g. merged /usr, stays a link).
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: `/etc` files the sandbox gets of its own instead of the host's (`etc_files`).
 ETC_GENERATED = ("passwd", "group", "hosts")
 #: The agent's user name inside (`passwd`).
@@ -92,7 +92,7 @@ def _binds(policy: SandboxPolicy) -> list[tuple[str, str, str]]:
         ("--bind", str(policy.scratch / "tmp"), "/tmp"),
         ("--bind", str(policy.scratch / "home"), AGENT_HOME),
     ]
-    binds += [("--ro-bind", str(tool), str(tool)) for tool in _outermost(policy.toolchain)]
+    binds += [("--ro-bind", str(tool), str(tool)) for tool in outermost(policy.toolchain)]
     binds.append(("--bind", str(policy.workspace), str(policy.workspace)))
     binds += [("--ro-bind", str(fixed), str(fixed)) for fixed in policy.read_only_in_workspace]
     binds.append(("--ro-bind", str(policy.socket_dir), SOCKET_DIR))
@@ -149,31 +149,7 @@ def etc_file_texts(uid: int, gid: int) -> dict[str, str]:
 
 def relay_argv(python: str, relays: Iterable[Relay], agent_argv: Sequence[str]) -> list[str]:
     """The sandbox's first process: the relay, which then runs the agent command."""
-    argv = [python, "-m", "a2rl_runner.sandbox.relay"]
-    for relay in relays:
-        argv += ["--listen", f"{relay.port}={relay.inside_path}"]
-    return [*argv, "--", *agent_argv]
-
-
-def _outermost(paths: Iterable[Path]) -> list[Path]:
-    """`paths` without those inside another one of them (one bind mount covers both), sorted."""
-    unique = sorted({Path(p) for p in paths}, key=lambda p: (len(p.parts), str(p)))
-    kept: list[Path] = []
-    for path in unique:
-        if not any(path == k or k in path.parents for k in kept):
-            kept.append(path)
-    return sorted(kept)
-
-
-def python_toolchain() -> tuple[Path, ...]:
-    """The Python environment that runs a2rl: the virtualenv, its base interpreter's prefix, and
-    the source directories of editable installs (ours: `a2rl`, `a2rl_agents`, …)."""
-    found = {Path(sys.prefix), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent}
-    for finder in sys.meta_path:
-        mapping = getattr(sys.modules.get(getattr(finder, "__module__", "")), "MAPPING", None)
-        if isinstance(mapping, dict):
-            found.update(Path(p).resolve() for p in mapping.values())
-    return tuple(sorted(found))
+    return relay_command(python, [(relay.port, relay.inside_path) for relay in relays], agent_argv)
 
 
 def exposed_private(toolchain: Iterable[Path], private: Iterable[Path]) -> list[tuple[Path, Path]]:

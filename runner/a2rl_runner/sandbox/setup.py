@@ -25,19 +25,18 @@ from a2rl.constants import ENV_BWRAP
 from a2rl.errors import A2rlError
 from a2rl.eval_sandbox import gpu_devices
 from a2rl.host_etc import etc_entries
+from a2rl.host_system import python_toolchain, system_layout
 from a2rl.limits import Containment, Limits, RlimitContainment
 from a2rl_runner.sandbox.identity import Identity, hand_over, sandbox_identity
 from a2rl_runner.sandbox.policy import (
     AGENT_HOME,
     AGENT_USER,
-    SYSTEM_DIRS,
     Relay,
     SandboxPolicy,
     bind_sources,
     bwrap_argv,
     etc_file_texts,
     exposed_private,
-    python_toolchain,
     relay_argv,
 )
 from a2rl_runner.sandbox.staging import SourceStage
@@ -116,17 +115,6 @@ def become(identity: Identity | None, box: Containment | None = None) -> Callabl
         return box.preexec if box is not None else None
     box = box or RlimitContainment("identity", Limits())
     return box.preexec_fn(uid=identity.uid, gid=identity.gid)
-
-
-def system_layout() -> tuple[tuple[str, ...], dict[str, str]]:
-    """(directories to bind, {link: target}) for the system directories present on this host."""
-    dirs, links = [], {}
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            links[path] = os.readlink(path)
-        elif os.path.isdir(path):
-            dirs.append(path)
-    return tuple(dirs), links
 
 
 class RunSandbox:

@@ -52,9 +52,12 @@ class JudgeCache:
         if self.root is None:
             return
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
         entry = {"model": model, "reply": reply, "created_at": time.time()}
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:8]}-", suffix=".tmp", dir=path.parent)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{key[:8]}-", suffix=".tmp", dir=path.parent)
+        except OSError:
+            return  # a read-only cache (the eval box shows it so, `a2rl.eval_view`): used, not kept
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(entry, f, ensure_ascii=False)
