@@ -17,6 +17,16 @@ def default_store_uri() -> str:
     return (home() / "store").as_uri()
 
 
+def last_store_file() -> Path:
+    """The store the last `a2rl run` used (one line: its URI), so `a2rl report`/`logs` can hint at it."""
+    return home() / "last-store"
+
+
+def run_logs_dir(ref: str) -> Path:
+    """Where a local run (`<name>-<uid>`) writes its logs while it runs (the store gets them at the end)."""
+    return home() / "logs" / ref
+
+
 def workspaces_dir() -> Path:
     return home() / "workspaces"
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from a2rl import paths
 from a2rl.errors import A2rlError, NotFoundError
 from a2rl.records.base import load_record
 from a2rl.records.run import RunRecord
@@ -111,15 +112,45 @@ def _age_key(run: RunInfo) -> tuple[datetime, str]:
     return (run.started_at or datetime.min.replace(tzinfo=UTC), run.prefix)
 
 
-def latest_run(store: ObjectStore) -> RunLayout:
+def remember_store(uri: str) -> None:
+    """Note `uri` as the store the last `a2rl run` used (best effort: a read-only home is fine)."""
+    path = paths.last_store_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(uri + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
+def last_store() -> str | None:
+    """The store the last `a2rl run` used, or None."""
+    try:
+        text = paths.last_store_file().read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return text or None
+
+
+def no_runs_message(store: ObjectStore, command: str = "a2rl report") -> str:
+    """'no runs in store A', plus where the last `a2rl run` put its run when that was elsewhere."""
+    message = f"no runs in store {store.uri}"
+    other = last_store()
+    if other is not None and other.rstrip("/") != store.uri.rstrip("/"):
+        message += f"; the last run used --store {other}: {command} --store {other} --latest"
+    return message
+
+
+def latest_run(store: ObjectStore, *, command: str = "a2rl report") -> RunLayout:
     """The run with the newest `started_at` (ties broken by prefix)."""
     runs = list_runs(store)
     if not runs:
-        raise A2rlError(f"no runs in store {store.uri}")
+        raise A2rlError(no_runs_message(store, command))
     return runs[-1].layout
 
 
-def find_run(store: ObjectStore, ref: str) -> RunLayout:
+def find_run(store: ObjectStore, ref: str, *, command: str = "a2rl report") -> RunLayout:
     """Resolve `ref` to one run.
 
     `ref` is a store prefix (`local/name-uid`), a `name-uid`, a uid, or a run name (the newest run
@@ -137,7 +168,7 @@ def find_run(store: ObjectStore, ref: str) -> RunLayout:
             return layout
     runs = list_runs(store)
     if not runs:
-        raise A2rlError(f"no runs in store {store.uri}")
+        raise A2rlError(no_runs_message(store, command))
     for matches in (
         [r for r in runs if r.prefix == ref],
         [r for r in runs if r.ref == ref],

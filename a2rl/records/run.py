@@ -7,12 +7,44 @@ document from another writer) still loads; unknown fields are kept.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
 
 from a2rl.api.benchrun import BenchRun
 from a2rl.records.base import Record
 from a2rl.records.times import iso_utc
 from a2rl.store.layout import RunLayout
+
+#: run.json's `end_reason`: how the run ended. The one vocabulary of the local runner and the
+#: operator (`a2rl_operator.grading.decisions.END_REASONS`); docs/local-mode.md explains each.
+EndReason = Literal[
+    "completed",
+    "deadline_exceeded",
+    "failed",
+    "driver_budget_exhausted",
+    "memory_limit_exceeded",
+    "process_limit_exceeded",
+    "disk_limit_exceeded",
+    "interrupted",
+    "no_submission",
+]
+END_REASONS: tuple[str, ...] = get_args(EndReason)
+#: The agent exited 0 (after at least one submission).
+COMPLETED: EndReason = "completed"
+#: The agent used its whole wall-time budget (after at least one submission).
+DEADLINE_EXCEEDED: EndReason = "deadline_exceeded"
+#: The agent exited non-zero, or could not be started, or the runner failed.
+FAILED: EndReason = "failed"
+#: Local spelling of the cluster's `DriverBudgetExhausted`: the driver gateway refused further calls.
+DRIVER_BUDGET_EXHAUSTED: EndReason = "driver_budget_exhausted"
+#: The agent hit one of its limits (`a2rl_runner.sandbox.limits`).
+MEMORY_LIMIT_EXCEEDED: EndReason = "memory_limit_exceeded"
+PROCESS_LIMIT_EXCEEDED: EndReason = "process_limit_exceeded"
+DISK_LIMIT_EXCEEDED: EndReason = "disk_limit_exceeded"
+#: The runner was stopped (Ctrl-C, SIGTERM) in any phase: staging, baseline, agent or wrap-up.
+INTERRUPTED: EndReason = "interrupted"
+#: The agent completed or ran out of time without a single submission (`agent_last_words` says
+#: what it printed last).
+NO_SUBMISSION: EndReason = "no_submission"
 
 
 class BaseModelRef(Record):
@@ -73,13 +105,16 @@ class RunRecord(Record):
     #: The agent's limits in local mode and how they are enforced (`a2rl_runner.sandbox.limits`),
     #: e.g. "mechanism cgroup-v1, memory 8.0 GiB, processes 4096, …"; None where nothing says.
     agent_limits: str | None = None
+    #: The last non-empty lines of the agent's log (bounded), when the agent made no submission:
+    #: why it gave up, in its own words.
+    agent_last_words: list[str] | None = None
 
 
 def run_record(
     run: BenchRun,
     layout: RunLayout,
     *,
-    base_model_digest: str,
+    base_model_digest: str | None,
     evaluator_version: str,
     started_at: float | None = None,
     ended_at: float | None = None,
@@ -90,6 +125,7 @@ def run_record(
     driver_tokens: int | None = None,
     driver_cost_usd: float | None = None,
     agent_limits: str | None = None,
+    agent_last_words: list[str] | None = None,
 ) -> RunRecord:
     """The run.json document of the shared contract (times are epoch seconds in, ISO 8601 out).
     `driver_tokens`/`driver_cost_usd` (what the driver gateway metered) and `agent_limits` are
@@ -102,6 +138,8 @@ def run_record(
         metered["driver_cost_usd"] = driver_cost_usd
     if agent_limits is not None:
         metered["agent_limits"] = agent_limits
+    if agent_last_words is not None:
+        metered["agent_last_words"] = agent_last_words
     return RunRecord(
         name=layout.name,
         namespace=layout.namespace,

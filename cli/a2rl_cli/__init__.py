@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "run_cmd",
     "validate_cmd",
     "report_cmd",
+    "logs_cmd",
     "models_cmd",
     "tasks_cmd",
     "data_cmd",

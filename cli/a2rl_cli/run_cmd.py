@@ -55,12 +55,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run the agent without the local sandbox (bubblewrap namespaces): it then runs as you and "
         "can read your files, the held-out data and the store; the run and its report say so",
     )
+    parser.add_argument(
+        "--fail-on-no-improvement",
+        action="store_true",
+        help="exit 3 when no valid submission scored above the baseline (also when the baseline "
+        "has no score); for scripts and CI",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved plan (model, data, agent, sandbox, limits, baseline cache, worst-case "
+        "driver cost, expected wall time) and exit 0; nothing is staged, started or written",
+    )
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from a2rl_runner.run import run_benchrun
+    from a2rl_runner.run import EXIT_NO_IMPROVEMENT, run_benchrun
 
+    from a2rl.runs import remember_store
+
+    if args.dry_run:
+        return _dry_run(args)
     try:
         outcome = run_benchrun(
             args.file,
@@ -72,10 +88,33 @@ def _run(args: argparse.Namespace) -> int:
     except InvalidDocumentError as exc:
         # One line, even when the document has several problems.
         raise A2rlError(f"{exc.source}: {'; '.join(exc.problems)}") from None
+    remember_store(outcome.store_uri)
     reason = _start_failure(Path(args.file), outcome)
     if reason is not None:
         print(f"a2rl: error: the agent could not be started: {reason}", file=sys.stderr, flush=True)
-    return outcome.exit_status
+    code = outcome.exit_status
+    if code == 0 and args.fail_on_no_improvement and not outcome.improved:
+        print(
+            f"a2rl: no improvement over the baseline ({outcome.end_reason}; "
+            f"{outcome.scores.valid_submissions} scored submissions)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_NO_IMPROVEMENT
+    return code
+
+
+def _dry_run(args: argparse.Namespace) -> int:
+    from a2rl_runner.plan import plan_lines
+    from a2rl_runner.run import load
+
+    try:
+        run = load(args.file)
+    except InvalidDocumentError as exc:
+        raise A2rlError(f"{exc.source}: {'; '.join(exc.problems)}") from None
+    for line in plan_lines(run, store_uri=args.store, sandbox=not args.no_sandbox):
+        print(line)
+    return 0
 
 
 def _start_failure(file: Path, outcome: RunOutcome) -> str | None:

@@ -15,6 +15,11 @@ from a2rl.errors import A2rlError, InvalidDocumentError
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("validate", help="validate BenchRun/BenchSubmission YAML files")
     parser.add_argument("files", nargs="+", type=Path, metavar="FILE", help="YAML file(s) to check")
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="for each valid BenchRun, also print the plan `a2rl run --dry-run` prints",
+    )
     parser.set_defaults(func=_validate)
 
 
@@ -38,6 +43,11 @@ def _validate(args: argparse.Namespace) -> int:
             continue
         if isinstance(obj, BenchRun):
             print(f"{path}: valid (BenchRun {obj.metadata.name}, task {obj.spec.task})")
+            if getattr(args, "plan", False):
+                from a2rl_runner.plan import plan_lines
+
+                for line in plan_lines(obj, store_uri=None):
+                    print(f"  {line}")
         else:
             print(f"{path}: valid (BenchSubmission {obj.metadata.name}, run {obj.spec.run_name})")
     return 2 if unreadable else 1 if failed else 0

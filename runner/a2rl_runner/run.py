@@ -73,7 +73,11 @@ from a2rl_runner.sandbox.policy import AGENT_HOME
 from a2rl_runner.sandbox.setup import Bubblewrap, RunSandbox, check_bubblewrap
 from a2rl_runner.services import RecorderProcess, free_port, last_line
 from a2rl_runner.supervisor import (
+    COMPLETED,
+    DEADLINE_EXCEEDED,
     FAILED,
+    INTERRUPTED,
+    NO_SUBMISSION,
     AgentLaunch,
     AgentOutcome,
     AgentSupervisor,
@@ -81,6 +85,15 @@ from a2rl_runner.supervisor import (
 )
 
 PROGRESS_EVERY_S = 10.0
+#: run.json's `agent_last_words`: at most this many of the last non-empty lines of agent.log, each
+#: cut to LAST_WORDS_LINE_CHARS, read from at most LAST_WORDS_TAIL_BYTES at the log's end.
+LAST_WORDS_LINES = 5
+LAST_WORDS_LINE_CHARS = 300
+LAST_WORDS_TAIL_BYTES = 64 * 1024
+#: Exit codes of `a2rl run` (docs/cli.md).
+EXIT_FAILED = 1
+EXIT_NO_IMPROVEMENT = 3
+EXIT_INTERRUPTED = 130
 #: The recorder bounds its own drain of in-flight evaluations (A2RL_RECORDER_DRAIN_TIMEOUT, default
 #: 1800 s); the runner kills it only if it overruns that by this margin.
 RECORDER_DRAIN_DEFAULT_S = 1800.0
@@ -112,10 +125,17 @@ class RunOutcome:
 
     @property
     def exit_status(self) -> int:
-        """Exit code of `a2rl run`: 0 when the agent completed or used its whole budget."""
-        if self.interrupted:
-            return 130
-        return 1 if self.end_reason == FAILED else 0
+        """Exit code of `a2rl run`: 0 when the agent completed, used its whole budget or made no
+        submission (`no_submission`), 1 when it failed, 130 when the run was interrupted."""
+        if self.interrupted or self.end_reason == INTERRUPTED:
+            return EXIT_INTERRUPTED
+        return EXIT_FAILED if self.end_reason == FAILED else 0
+
+    @property
+    def improved(self) -> bool:
+        """A valid submission scored above the baseline (False when the baseline has no score)."""
+        gain = self.scores.improvement
+        return self.scores.valid_submissions > 0 and gain is not None and gain > 0
 
 
 @dataclass
@@ -127,10 +147,11 @@ class _Prepared:
     evaluator_version: str
     model_dir: Path
     model_digest: str
-    heldout_dir: Path
-    train_dir: Path
     argv: list[str]
     logs_dir: Path
+    #: The staged data (set once staged: run.json is written before).
+    heldout_dir: Path = Path()
+    train_dir: Path = Path()
     #: The run's integrity key (`a2rl.integrity`): held by the runner and, through a pipe, the
     #: recorder only; results and the baseline are sealed with it and checked on every read.
     run_key: bytes | None = field(default=None, repr=False)
@@ -142,6 +163,10 @@ class _Prepared:
     workspace: Workspace | None = None
     #: The agent's limits and their mechanism (`a2rl_runner.sandbox.limits.describe`), once set.
     limits_label: str | None = None
+    #: When the agent's clock started (epoch seconds); None before.
+    started_at: float | None = None
+    #: The agent's exit status, once it ended.
+    agent_exit_code: int | None = None
 
     @property
     def sandbox_label(self) -> str:
@@ -175,12 +200,22 @@ def run_benchrun(
     # One trace per run: the root span "benchrun" (child of A2RL_TRACEPARENT when that is set).
     tracing = Tracing(COMPONENT_RUNNER, new_trace=True)
     prep: _Prepared | None = None
+    recorded: list[_Prepared] = []  # the run, once its run.json is in the store
     try:
         with _sigterm_as_interrupt(), installed(tracing), tracing.span("benchrun") as root:
-            prep = prepare(run, store_uri=store_uri, name=name, say=say, sandbox=sandbox)
-            tracing.bind(prep.store, prep.layout.prefix)
-            root.set_attributes({"a2rl.run.name": prep.layout.name, "a2rl.run.uid": prep.layout.uid})
-            return execute(prep, say=say, progress=progress)
+            try:
+                prep = prepare(
+                    run, store_uri=store_uri, name=name, say=say, sandbox=sandbox, recorded=recorded.append
+                )
+                tracing.bind(prep.store, prep.layout.prefix)
+                root.set_attributes({"a2rl.run.name": prep.layout.name, "a2rl.run.uid": prep.layout.uid})
+                return execute(prep, say=say, progress=progress)
+            except KeyboardInterrupt:
+                if not recorded:
+                    say("[a2rl] interrupted before the run was recorded: nothing was written to the store")
+                    raise
+                prep = recorded[0]
+                return _interrupted(prep, say)
     finally:
         tracing.shutdown()
         if prep is not None:  # the report merged the spans it saw; add the root and the report's
@@ -232,7 +267,10 @@ def prepare(
     name: str | None,
     say: Callable[[str], None],
     sandbox: bool = True,
+    recorded: Callable[[_Prepared], None] | None = None,
 ) -> _Prepared:
+    """Everything before the agent. `recorded` is called with the run as soon as its run.json is
+    in the store (from then on an interruption is recorded)."""
 
     spec = run.spec
     run_name = check_run_name(name or run.metadata.name)
@@ -250,9 +288,6 @@ def prepare(
     say(f"[a2rl] resolving base model {spec.base_model.source}")
     with span("resolve_base_model"):
         model_dir = resolve_base_model(spec.base_model.source, store=store)
-    say(f"[a2rl] staging data of task {task.name} (seed {spec.seed})")
-    with span("stage_data"):
-        staged = stage_cached(task, spec.seed)
     uid = secrets.token_hex(6)
     layout = RunLayout(namespace=LOCAL_NAMESPACE, name=run_name, uid=uid)
     prep = _Prepared(
@@ -263,16 +298,27 @@ def prepare(
         evaluator_version=task.evaluator_version,
         model_dir=model_dir,
         model_digest=hash_tree(model_dir).digest,
-        heldout_dir=staged.heldout_dir,
-        train_dir=staged.train_dir,
         argv=argv,
-        logs_dir=paths.home() / "logs" / f"{run_name}-{uid}",
+        logs_dir=paths.run_logs_dir(f"{run_name}-{uid}"),
         run_key=new_key(),
         bwrap=bwrap,
         stack=stack,
     )
     _write_run_json(prep)
+    if recorded is not None:
+        recorded(prep)
     say(f"[a2rl] run {layout.prefix} in {store.uri}")
+    say(f"[a2rl] staging data of task {task.name} (seed {spec.seed})")
+    try:
+        with span("stage_data"):
+            staged = stage_cached(task, spec.seed)
+    except Exception:
+        # A user mistake (data that must be staged with `a2rl data stage` first): nothing stays
+        # recorded, as for every mistake caught before the run starts.
+        with contextlib.suppress(Exception):
+            store.delete(layout.run_json)
+        raise
+    prep.heldout_dir, prep.train_dir = staged.heldout_dir, staged.train_dir
     with span("baseline_eval", {ATTR_SUBMISSION_INDEX: BASELINE_INDEX}):
         prep.baseline = _baseline(prep, say)
     root = paths.workspaces_dir() / f"{run_name}-{uid}"
@@ -312,11 +358,19 @@ def _baseline(prep: _Prepared, say: Callable[[str], None]) -> ResultRecord:
         args += ["--limit", str(spec.evaluation.limit)]
     say("[a2rl] scoring the base model (submission 0; cached across runs)")
     log = prep.logs_dir / "baseline.log"
-    with baseline_box(task=prep.task_name, store_uri=prep.store.uri, run_prefix=prep.layout.prefix) as box:
+    eval_env = envs.eval_environ(spec)  # the run's own judge: the box lets the evaluation reach it
+    with baseline_box(
+        task=prep.task_name,
+        store_uri=prep.store.uri,
+        run_prefix=prep.layout.prefix,
+        model_dir=prep.model_dir,
+        heldout=prep.heldout_dir,
+        env=eval_env,
+    ) as box:
         done = run_a2rl(
             args,
             log_path=log,
-            env={**envs.eval_environ(spec), **current_trace_env(), **box.env},
+            env={**eval_env, **current_trace_env(), **box.env},
             wrapper=box.prefix,
             preexec_fn=box.preexec,
             timeout_s=eval_timeout_s(),
@@ -391,8 +445,9 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         say(f"[a2rl] agent limits: {prep.limits_label}")
 
         start = time.time()  # the agent's clock: recorder start-up counts against the budget
+        prep.started_at = start
         update_run_meta(ws.root, start_time=start, timeout_s=budget)
-        _write_run_json(prep, started_at=start)
+        _write_run_json(prep)
         recorder = RecorderProcess(
             envs.recorder_env(
                 spec=spec,
@@ -427,6 +482,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         )
         error: A2rlError | None = None
         outcome: AgentOutcome | None = None
+        cut_short = False  # Ctrl-C while the recorder finished in-flight evaluations
         try:
             try:
                 say(f"[a2rl] starting the grading server on {grading_url}")
@@ -459,19 +515,24 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
                 supervisor.stop(min(spec.budget.grace_seconds, 5))
                 code = supervisor.poll() if supervisor.pid else None
                 outcome = AgentOutcome(
-                    exit_code=code, end_reason=FAILED, duration_s=time.time() - start, interrupted=True
+                    exit_code=code, end_reason=INTERRUPTED, duration_s=time.time() - start, interrupted=True
                 )
             if outcome is None:
                 outcome = AgentOutcome(exit_code=None, end_reason=FAILED, duration_s=time.time() - start)
+            ended = time.time()
+            prep.agent_exit_code = outcome.exit_code
             if outcome.interrupted:
+                # Recorded at once: a second Ctrl-C during the wrap-up leaves a consistent run.json.
+                _write_run_json(
+                    prep, ended_at=ended, end_reason=INTERRUPTED, agent_exit_code=outcome.exit_code
+                )
                 say("[a2rl] interrupted: agent stopped; recording what was submitted")
             else:
                 say(f"[a2rl] agent ended: {outcome.end_reason} (exit code {outcome.exit_code})")
-            ended = time.time()
             if stack is not None:
                 stack.stop()
             with span("recorder_stop"):
-                _stop_recorder(recorder, say)
+                cut_short = _stop_recorder(recorder, say)
         finally:
             # Whatever went wrong above, no process of this run outlives it.
             supervisor.stop(0)
@@ -479,23 +540,30 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
             if stack is not None:
                 stack.kill()
     update_run_meta(ws.root, end_time=ended)
-    _write_run_json(
-        prep,
-        started_at=start,
-        ended_at=ended,
-        end_reason=outcome.end_reason,
-        agent_exit_code=outcome.exit_code,
-    )
-    with span("logs_upload"):
-        _upload_logs(prep)
-        if stack is not None:
-            stack.keep_trajectory(prep.store, prep.layout, prep.logs_dir / "agent.log")
-    report, report_uri = _report(prep, say)
     scores = _final_scores(prep)
+    reason: EndReason = INTERRUPTED if cut_short else outcome.end_reason
+    last_words: list[str] | None = None
+    if scores.submissions == 0 and reason != INTERRUPTED:
+        last_words = agent_last_words(prep.logs_dir / "agent.log")
+        if reason in (COMPLETED, DEADLINE_EXCEEDED):
+            reason = NO_SUBMISSION
+            say("[a2rl] warning: the agent made no submission; its last words:")
+            for line in last_words or ["(its log is empty)"]:
+                say(f"[a2rl]   {line}")
+    report, report_uri, again = _record_end(
+        prep,
+        say,
+        ended_at=ended,
+        end_reason=reason,
+        agent_exit_code=outcome.exit_code,
+        agent_last_words=last_words,
+    )
+    if again:
+        reason = INTERRUPTED
     for line in summary_lines(
         prefix=prep.layout.prefix,
         summary=scores,
-        end_reason=outcome.end_reason,
+        end_reason=reason,
         exit_code=outcome.exit_code,
         duration_s=outcome.duration_s,
         report_uri=report_uri,
@@ -513,14 +581,87 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
         prefix=prep.layout.prefix,
         store_uri=prep.store.uri,
         workspace=ws.root,
-        end_reason=outcome.end_reason,
+        end_reason=reason,
         agent_exit_code=outcome.exit_code,
         duration_s=outcome.duration_s,
-        interrupted=outcome.interrupted,
+        interrupted=outcome.interrupted or cut_short or again,
         scores=scores,
         report=report,
         report_uri=report_uri,
     )
+
+
+def _record_end(
+    prep: _Prepared, say: Callable[[str], None], *, ended_at: float, end_reason: EndReason, **fields: Any
+) -> tuple[ReportRecord | None, str | None, bool]:
+    """The wrap-up: run.json's end, the logs, the report. A Ctrl-C here skips what is left (run.json
+    then says `interrupted`). Returns (report, its URI, interrupted during the wrap-up)."""
+    _write_run_json(prep, ended_at=ended_at, end_reason=end_reason, **fields)
+    try:
+        with span("logs_upload"):
+            _upload_logs(prep)
+            if prep.stack is not None:
+                prep.stack.keep_trajectory(prep.store, prep.layout, prep.logs_dir / "agent.log")
+        report, report_uri = _report(prep, say)
+    except KeyboardInterrupt:
+        say("[a2rl] interrupted again: the logs and the report may be incomplete")
+        if end_reason != INTERRUPTED:
+            _write_run_json(prep, ended_at=ended_at, end_reason=INTERRUPTED, **fields)
+        return None, None, True
+    return report, report_uri, False
+
+
+def _interrupted(prep: _Prepared, say: Callable[[str], None]) -> RunOutcome:
+    """Ctrl-C (or SIGTERM) that `execute` did not handle itself (staging, baseline, workspace,
+    start-up, or a second one late in the wrap-up): the run is recorded as `interrupted`, with
+    what is known of the agent, its logs and its report."""
+    say("[a2rl] interrupted: recording the run")
+    ended = time.time()
+    report, report_uri, _ = _record_end(
+        prep, say, ended_at=ended, end_reason=INTERRUPTED, agent_exit_code=prep.agent_exit_code
+    )
+    scores = _final_scores(prep)
+    for line in summary_lines(
+        prefix=prep.layout.prefix,
+        summary=scores,
+        end_reason=INTERRUPTED,
+        exit_code=prep.agent_exit_code,
+        duration_s=ended - prep.started_at if prep.started_at is not None else 0.0,
+        report_uri=report_uri,
+        workspace=str(prep.workspace.root) if prep.workspace is not None else "-",
+        store_uri=prep.store.uri,
+    ):
+        say(line)
+    return RunOutcome(
+        name=prep.layout.name,
+        uid=prep.layout.uid,
+        prefix=prep.layout.prefix,
+        store_uri=prep.store.uri,
+        workspace=prep.workspace.root if prep.workspace is not None else paths.workspaces_dir(),
+        end_reason=INTERRUPTED,
+        agent_exit_code=prep.agent_exit_code,
+        duration_s=ended - prep.started_at if prep.started_at is not None else 0.0,
+        interrupted=True,
+        scores=scores,
+        report=report,
+        report_uri=report_uri,
+    )
+
+
+def agent_last_words(log: Path) -> list[str]:
+    """The last non-empty lines of the agent's log (`LAST_WORDS_*` bound them); [] without a log."""
+    try:
+        with log.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(size - LAST_WORDS_TAIL_BYTES, 0))
+            tail = f.read(LAST_WORDS_TAIL_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    if size > LAST_WORDS_TAIL_BYTES and lines:
+        lines = lines[1:]  # the first line read may be cut
+    return [line[:LAST_WORDS_LINE_CHARS] for line in lines[-LAST_WORDS_LINES:]]
 
 
 def _scratch(ws: Workspace) -> Path:
@@ -585,18 +726,20 @@ def _ticker(
     return tick
 
 
-def _stop_recorder(recorder: RecorderProcess, say: Callable[[str], None]) -> None:
+def _stop_recorder(recorder: RecorderProcess, say: Callable[[str], None]) -> bool:
+    """Stop the recorder, letting it finish in-flight evaluations; True when a Ctrl-C cut that short."""
     if recorder.pid is None:
-        return
+        return False
     say("[a2rl] stopping the grading server (finishing in-flight evaluations)")
     try:
         code = recorder.stop(_recorder_stop_timeout())
     except KeyboardInterrupt:
         recorder.kill()
-        say("[a2rl] interrupted again: grading server killed")
-        return
+        say("[a2rl] interrupted: grading server killed")
+        return True
     if code not in (0, None, -signal.SIGTERM):
         say(f"[a2rl] warning: the grading server exited with code {code} (log: {recorder.log_path})")
+    return False
 
 
 def _recorder_stop_timeout() -> float:
@@ -609,6 +752,7 @@ def _recorder_stop_timeout() -> float:
 
 
 def _write_run_json(prep: _Prepared, **times: Any) -> None:
+    times.setdefault("started_at", prep.started_at)
     record = run_record(
         prep.run,
         prep.layout,

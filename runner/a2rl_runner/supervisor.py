@@ -30,29 +30,24 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO
 
 from a2rl.constants import ENV_AGENT_SESSION
+from a2rl.records.run import (
+    COMPLETED,
+    DEADLINE_EXCEEDED,
+    DISK_LIMIT_EXCEEDED,
+    DRIVER_BUDGET_EXHAUSTED,
+    FAILED,
+    INTERRUPTED,
+    MEMORY_LIMIT_EXCEEDED,
+    NO_SUBMISSION,
+    PROCESS_LIMIT_EXCEEDED,
+    EndReason,
+)
 from a2rl_runner import procs
 
-EndReason = Literal[
-    "completed",
-    "deadline_exceeded",
-    "failed",
-    "driver_budget_exhausted",
-    "memory_limit_exceeded",
-    "process_limit_exceeded",
-    "disk_limit_exceeded",
-]
-COMPLETED: EndReason = "completed"
-DEADLINE_EXCEEDED: EndReason = "deadline_exceeded"
-FAILED: EndReason = "failed"
-#: Local spelling of the cluster's `DriverBudgetExhausted`: the driver gateway refused further calls.
-DRIVER_BUDGET_EXHAUSTED: EndReason = "driver_budget_exhausted"
-#: The agent hit one of its limits (`a2rl_runner.sandbox.limits`).
-MEMORY_LIMIT_EXCEEDED: EndReason = "memory_limit_exceeded"
-PROCESS_LIMIT_EXCEEDED: EndReason = "process_limit_exceeded"
-DISK_LIMIT_EXCEEDED: EndReason = "disk_limit_exceeded"
+# The end-reason vocabulary lives in `a2rl.records.run` (shared with the operator and the report).
 #: How often `run` asks `stop_when` whether to end the agent early.
 _STOP_POLL_S = 0.5
 
@@ -213,7 +208,7 @@ class AgentSupervisor:
             leftovers = self.stop(grace_s)
             return AgentOutcome(
                 exit_code=self.poll(),
-                end_reason=FAILED,
+                end_reason=INTERRUPTED,
                 duration_s=time.monotonic() - self._started_at,
                 leftovers=leftovers,
                 interrupted=True,
@@ -331,3 +326,23 @@ def _pump(stream: IO[bytes], log: IO[bytes], prefix: str | None) -> None:
                 text = line.decode("utf-8", errors="replace")
                 sys.stdout.write(prefix + text if text.endswith("\n") else prefix + text + "\n")
                 sys.stdout.flush()
+
+
+# Re-exported: the runner's modules import the end reasons from here.
+__all__ = [
+    "COMPLETED",
+    "DEADLINE_EXCEEDED",
+    "DISK_LIMIT_EXCEEDED",
+    "DRIVER_BUDGET_EXHAUSTED",
+    "EXEC_FAILED",
+    "FAILED",
+    "INTERRUPTED",
+    "MEMORY_LIMIT_EXCEEDED",
+    "NO_SUBMISSION",
+    "PROCESS_LIMIT_EXCEEDED",
+    "AgentLaunch",
+    "AgentOutcome",
+    "AgentSupervisor",
+    "EndReason",
+    "end_reason_for",
+]

@@ -161,8 +161,9 @@ def test_ctrl_c_stops_agent_and_still_records(tmp_path: Path, store_dir: Path) -
     assert "agent | agent: got SIGTERM" in output
     run_dir = next((store_dir / "local").glob("interrupted-*"))
     doc = json.loads((run_dir / "run.json").read_text())
-    assert doc["end_reason"] == "failed"
+    assert doc["end_reason"] == "interrupted"
     assert doc["agent_exit_code"] == 5
     assert doc["ended_at"] is not None
     assert (run_dir / "logs" / "agent.log").is_file()
+    assert (run_dir / "report" / "report.json").is_file()
     assert (run_dir / "submissions" / "00000" / "result.json").is_file()

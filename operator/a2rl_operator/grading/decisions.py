@@ -34,7 +34,7 @@ from a2rl.constants import (
 )
 from a2rl.records.report import ReportRecord
 from a2rl.records.result import ResultRecord
-from a2rl.records.run import RunRecord, run_record
+from a2rl.records.run import COMPLETED, DEADLINE_EXCEEDED, FAILED, RunRecord, run_record
 from a2rl.runs import parse_time
 from a2rl.scores import Scored, summarize
 from a2rl.store.layout import RunLayout
@@ -66,7 +66,8 @@ R_REPORT_FAILED = "ReportFailed"
 
 TERMINAL_STATES = frozenset({SubmissionState.SUCCEEDED, SubmissionState.FAILED, SubmissionState.REJECTED})
 #: Reasons of the AgentFinished condition → run.json's `end_reason` (the local runner's words).
-END_REASONS = {REASON_COMPLETED: "completed", REASON_DEADLINE_EXCEEDED: "deadline_exceeded"}
+#: The vocabulary is `a2rl.records.run.EndReason`; any other reason is `failed`.
+END_REASONS = {REASON_COMPLETED: COMPLETED, REASON_DEADLINE_EXCEEDED: DEADLINE_EXCEEDED}
 
 
 def now_utc() -> datetime:
@@ -409,7 +410,7 @@ def end_reason(conds: Sequence[st.Cond]) -> str | None:
     finish = agent_finish(conds)
     if finish is None:
         return None
-    return END_REASONS.get(finish.reason, "failed")
+    return END_REASONS.get(finish.reason, FAILED)
 
 
 def summary_line(report: ReportRecord) -> str:
