@@ -265,6 +265,9 @@ class ReportHeadline(Record):
     #: `used_s / budget_s` as a percentage (rounded to 1 decimal).
     budget_used_pct: int | float | None = None
     end_reason: str | None = None
+    #: When the agent made no submission: the last non-empty lines of its log (run.json
+    #: `agent_last_words`), so the report says why without opening agent.log.
+    agent_last_words: list[str] | None = None
     #: Held-out items each score is computed on, and `spec.evaluation.limit` (null: no limit).
     eval_items: int | None = None
     eval_limit: int | None = None

@@ -57,6 +57,7 @@ def run_history(
     sandbox: str | None = "bubblewrap 0.8.0",
     checked: bool = False,
     n: int = 500,
+    last_words: list[str] | None = None,
 ) -> RunHistory:
     """A run as run.json records it: a 400 s arith run under the reference protocol."""
     evaluation: dict[str, Any] = {"protocol": "reference"} | ({"limit": limit} if limit else {})
@@ -77,7 +78,7 @@ def run_history(
         "protocol": "reference",
         "mode": "local",
         "sandbox": sandbox,
-    }
+    } | ({"agent_last_words": last_words} if last_words is not None else {})
     base = None
     if baseline is not None:
         base = Submission(
@@ -133,6 +134,16 @@ def test_no_submission_says_so_and_why_the_run_ended() -> None:
     assert h.verdict == NO_VALID and h.best_score is None and h.delta is None
     assert h.reason == "the agent made no submission; run ended: no_submission"
     assert (h.valid_submissions, h.total_submissions) == (0, 0)
+
+
+def test_an_agent_that_gave_up_is_quoted_in_the_headline() -> None:
+    words = ["Epoch 1/3: loss nan", "Training diverged; I | cannot submit a model that outputs nothing."]
+    history = run_history([], end_reason="no_submission", last_words=words)
+    assert headline_of(history).agent_last_words == words
+    md = render_markdown(build_report(history))
+    assert "| Agent's last words | Epoch 1/3: loss nan ⏎ Training diverged; I \\| cannot submit" in md
+    # Once it submitted, its last words are no longer the run's story.
+    assert headline_of(run_history([sub(1, 60, 2.0)], last_words=words)).agent_last_words is None
 
 
 def test_all_invalid_names_the_most_frequent_error() -> None:

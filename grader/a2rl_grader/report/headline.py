@@ -103,6 +103,7 @@ def compute_headline(history: RunHistory, metrics: ReportMetrics) -> ReportHeadl
         budget_s=budget_s,
         budget_used_pct=round(ratio * 100, PCT_DIGITS) if ratio is not None else None,
         end_reason=end_reason,
+        agent_last_words=history.run.record.agent_last_words if not metrics.total_submissions else None,
         eval_items=eval_items(history, metrics.best_submission),
         eval_limit=eval_limit(history),
         protocol=history.run.record.protocol,

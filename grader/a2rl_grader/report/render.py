@@ -195,6 +195,8 @@ def headline_rows(headline: ReportHeadline) -> list[list[str]]:
         f" (#{headline.best_submission})" if headline.best_submission is not None else ""
     )
     protocol = [["Evaluation protocol", headline.protocol]] if headline.protocol else []
+    words = headline.agent_last_words
+    last_words = [["Agent's last words", " ⏎ ".join(words)]] if words else []
     return [
         ["Score", f"baseline {fmt(headline.baseline_score)} → best {best}, Δ {fmt_delta(headline.delta)}"],
         ["Metric", metric],
@@ -202,6 +204,7 @@ def headline_rows(headline: ReportHeadline) -> list[list[str]]:
         ["Valid submissions", f"{fmt(headline.valid_submissions)} of {fmt(headline.total_submissions)}"],
         ["Budget used", budget_text(headline)],
         ["End reason", fmt(headline.end_reason)],
+        *last_words,
         *protocol,
         ["Integrity", integrity_text(headline)],
     ]
