@@ -4,6 +4,7 @@ as Markdown (--md), report.json (--json), or the HTML page (--html prints its pa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from a2rl.errors import A2rlError
+from a2rl.errors import A2rlError, NotFoundError
 
 if TYPE_CHECKING:
     from a2rl.records.report import ReportRecord
@@ -77,8 +78,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def html_path(store: ObjectStore, layout: RunLayout) -> Path:
-    """The stored report.html as a local file: in place for a local store, else with its plot
-    copied into a new temporary folder."""
+    """The stored report.html as a local file: in place for a local store, else with its plot and
+    transcript copied into a new temporary folder."""
+    from a2rl_grader.report.transcript import TRANSCRIPT_HTML
     from a2rl_grader.report.write import REPORT_HTML, TRAJECTORY_PNG, report_key
 
     from a2rl.store.local import LocalStore
@@ -88,6 +90,8 @@ def html_path(store: ObjectStore, layout: RunLayout) -> Path:
     folder = Path(tempfile.mkdtemp(prefix=f"a2rl-report-{layout.name}-"))
     for name in (REPORT_HTML, TRAJECTORY_PNG):
         store.get_file(report_key(layout, name), folder / name)
+    with contextlib.suppress(NotFoundError):  # only a run with a driver has one
+        store.get_file(report_key(layout, TRANSCRIPT_HTML), folder / TRANSCRIPT_HTML)
     return folder / REPORT_HTML
 
 

@@ -5,7 +5,8 @@ the most it may use, or refuses it (`a2rl_gateway.budget`: the first refusal end
 its answer is complete but before the agent has its end, `account(record, reservation)` releases
 the reservation, adds the call's usage and cost to the totals and decides whether the budget is
 now exhausted (`exhausted` is set at once); then `persist` hands the redacted record
-to one writer thread, which writes `driver/calls/<n>.json`, rewrites `driver/summary.json` (in
+to one writer thread, which scrubs credential-shaped text from it (`redact_patterns`), writes
+`driver/calls/<n>.json`, rewrites `driver/summary.json` (in
 call order) and, the first time the budget was found exhausted, calls `on_exhausted(reason)`
 (once). The agent's next call never waits for the store; `close` waits for the writer.
 """
@@ -32,6 +33,7 @@ from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl_gateway.budget import Limits, Reservation, exhausted_reason, refusal_message
 from a2rl_gateway.pricing import Price, cost
+from a2rl_gateway.redact import redact_patterns
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +225,8 @@ class Meter:
         if self._store is None or self._layout is None:
             return
         try:
+            # Credential-shaped text goes here, on the writer thread (the known secrets are gone).
+            record = DriverCallRecord.model_validate(redact_patterns(record.to_json()))
             write_record(self._store, self._layout.driver_call(record.index), record)
         except Exception:
             log.exception("could not write driver call %d to the store", record.index)

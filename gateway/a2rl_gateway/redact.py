@@ -3,7 +3,10 @@
 Header values of `Authorization`, `x-api-key`, `x-goog-api-key`, `api-key`, cookies and proxy
 credentials become `[redacted]`; so does a `key=` query parameter; and every occurrence of a
 secret the gateway holds (the upstream key, the run's token) anywhere in a recorded value, keys
-of JSON objects included.
+of JSON objects included. Before a call record is written (`Meter`'s writer thread, off the
+agent's path) its strings are also scrubbed of credential-shaped text (`redact_patterns`:
+`a2rl.redaction`, `sk-…`, `tgp_v1_…`, `AKIA…`, bearer credentials, …): a key the agent printed into
+a tool result reaches neither the record nor the run's transcript.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from a2rl.redaction import redact_secrets
 
 REDACTED = "[redacted]"
 SECRET_HEADERS = frozenset(
@@ -62,4 +67,15 @@ def redact_value(value: Any, secrets: Sequence[str]) -> Any:
         return {redact_text(str(k), secrets): redact_value(v, secrets) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact_value(v, secrets) for v in value]
+    return value
+
+
+def redact_patterns(value: Any) -> Any:
+    """A JSON value with credential-shaped text scrubbed from its strings (object keys included)."""
+    if isinstance(value, str):
+        return redact_secrets(value)
+    if isinstance(value, Mapping):
+        return {redact_secrets(str(k)): redact_patterns(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_patterns(v) for v in value]
     return value

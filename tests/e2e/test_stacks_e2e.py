@@ -153,6 +153,10 @@ def test_a_stack_trains_and_submits_through_the_gateway(
         assert "moved to the background" in (run_dir / "report" / "report.md").read_text()
     run_json = json.loads((run_dir / "run.json").read_text())
     assert report["driver"]["total_tokens"] == run_json["driver_tokens"] == summary["total_tokens"]
+    # The transcript: the training step's tool output as the stack sent it back to the model.
+    transcript = (run_dir / "report" / "transcript.html").read_text()
+    assert TRAINING_ENDED in transcript and f"trained {TRAIN_STEPS} steps, loss" in transcript
+    assert "href='transcript.html'" in (run_dir / "report" / "report.html").read_text()
 
     # The upstream key: not in the agent's environment, nowhere in the store.
     env_txt = (outcome.workspace / "code" / "env.txt").read_text()

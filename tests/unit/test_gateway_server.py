@@ -833,6 +833,29 @@ def test_the_upstream_key_and_the_token_are_nowhere_in_the_store(
         assert token.encode() not in data, path
 
 
+def test_credentials_an_agent_printed_are_scrubbed_from_the_call_record(
+    make_gateway: Any, store: LocalStore
+) -> None:
+    gw, _ = make_gateway("anthropic")
+    leaked = "sk-proj-4fQ8zT1mW9xK2bN7vR3cY6hJ0pL5sD8g AKIAIOSFODNN7EXAMPLE tgp_v1_Qm8Zr2Xp4Lw7Tn1Vb5Kc9Hd3"
+    tool_result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": f"$ env\n{leaked}\nok"}
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": [tool_result]}],
+    }
+    assert (
+        request(gw.url, "POST", "/v1/messages", body, auth_headers("anthropic", gw.config.token)).status
+        == 200
+    )
+    assert gw.stop(5)
+    rec = load_record(store, LAYOUT.driver_call(1), DriverCallRecord)
+    text = json.dumps(rec.request_body)
+    assert "$ env" in text and "ok" in text and text.count("[redacted]") == 3
+    for secret in leaked.split():
+        assert secret not in text
+
+
 def test_serving_on_a_unix_socket(make_gateway: Any, tmp_path: Path) -> None:
     sock_path = tmp_path / "gw.sock"
     gw, _ = make_gateway("openai", socket_path=sock_path)

@@ -17,6 +17,7 @@ from a2rl_grader.report.history import RunHistory
 from a2rl_grader.report.metrics import baseline_score, best_submission
 from a2rl_grader.report.times import clock, origin, seconds_since
 from a2rl_grader.report.tool_calls import TIMING_DRIVER, TIMING_STREAM, agent_tool_calls
+from a2rl_grader.report.transcript import TRANSCRIPT_HTML
 
 SHORT_DIGEST = 12
 #: Tool calls listed in the "Agent trajectory" table and on the timeline (all are in report.json).
@@ -510,10 +511,16 @@ def render_markdown(report: ReportRecord) -> str:
     return "\n".join(lines)
 
 
+#: The transcript page `write_report` writes next to the report for a run with a driver.
+TRANSCRIPT_FILE = TRANSCRIPT_HTML
+TRANSCRIPT_LINK_TEXT = "Transcript: what the model was sent and said, call by call"
+
+
 def driver_markdown(driver: ReportDriver | None) -> list[str]:
     if driver is None:
         return []
     lines = ["## Driver", "", *_table(["", ""], driver_rows(driver)), ""]
+    lines += [f"[{TRANSCRIPT_LINK_TEXT}]({TRANSCRIPT_FILE})", ""]
     if driver.per_model:
         lines += [*_table(DRIVER_MODEL_HEADER, driver_model_rows(driver)), ""]
     return lines
@@ -599,6 +606,7 @@ def driver_html(driver: ReportDriver | None) -> list[str]:
     if driver is None:
         return []
     parts = ["<h2>Driver</h2>", _html_table(["", ""], driver_rows(driver))]
+    parts.append(f"<p><a href='{TRANSCRIPT_FILE}'>{html.escape(TRANSCRIPT_LINK_TEXT)}</a></p>")
     if driver.per_model:
         parts.append(_html_table(DRIVER_MODEL_HEADER, driver_model_rows(driver)))
     return parts

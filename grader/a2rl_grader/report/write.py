@@ -1,4 +1,5 @@
-"""`write_report`: build the report of one run and store its four files under `report/`."""
+"""`write_report`: build the report of one run and store its files under `report/` (report.json,
+report.md, report.html, trajectory.png, and transcript.html for a run with a driver)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from a2rl.tracing import flush as flush_traces
 from a2rl_grader.report.history import load_history
 from a2rl_grader.report.metrics import REPORT_SCHEMA_VERSION, build_report, report_json_bytes
 from a2rl_grader.report.render import render_html, render_markdown, render_trajectory_png
+from a2rl_grader.report.times import origin
+from a2rl_grader.report.transcript import TRANSCRIPT_HTML, load_transcript, render_transcript_html
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -29,7 +32,8 @@ def report_key(layout: RunLayout, name: str) -> str:
 
 
 def write_report(store: ObjectStore, layout: RunLayout, *, run_key: bytes | None = None) -> ReportRecord:
-    """Load the run's history, build the report, write report.{json,md,html} and trajectory.png.
+    """Load the run's history, build the report, write report.{json,md,html}, trajectory.png and,
+    for a run with a driver, transcript.html (`a2rl_grader.report.transcript`).
 
     With the run's integrity key (`run_key`, local mode's runner) every result is checked against
     its seal; a tampered one is reported as such and not scored. Without it (cluster mode; a
@@ -50,6 +54,12 @@ def write_report(store: ObjectStore, layout: RunLayout, *, run_key: bytes | None
                 png = Path(tmp) / TRAJECTORY_PNG
                 render_trajectory_png(history, png)
                 store.put_file(report_key(layout, TRAJECTORY_PNG), png)
+            if report.driver is not None:
+                steps = load_transcript(store, layout)
+                page = render_transcript_html(
+                    steps, f"{report.run.name} ({report.run.prefix})", origin(history)
+                )
+                store.put_bytes(report_key(layout, TRANSCRIPT_HTML), page.encode())
             store.put_bytes(report_key(layout, REPORT_MD), render_markdown(report).encode())
             store.put_bytes(report_key(layout, REPORT_HTML), render_html(report, TRAJECTORY_PNG).encode())
             store.put_bytes(report_key(layout, REPORT_JSON), report_json_bytes(report))
