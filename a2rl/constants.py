@@ -142,6 +142,8 @@ DEFAULT_EVAL_TIMEOUT_S: Final = 7200
 ENV_EVAL_MEMORY_BYTES: Final = "A2RL_EVAL_MEMORY_BYTES"  # RAM of one eval (default 3/4 of the machine's)
 ENV_EVAL_MAX_PROCESSES: Final = "A2RL_EVAL_MAX_PROCESSES"  # tasks/threads of one eval (default 4096)
 ENV_EVAL_SANDBOX: Final = "A2RL_EVAL_SANDBOX"  # auto (bubblewrap when usable) | bwrap (required) | none
+ENV_EVAL_NICE: Final = "A2RL_EVAL_NICE"  # niceness added to an eval process (default 10; 0: none)
+ENV_EVAL_THREADS: Final = "A2RL_EVAL_THREADS"  # its CPU threads (default half the cores, at least 1)
 ENV_EVAL_MAX_PARAMETERS: Final = "A2RL_EVAL_MAX_PARAMETERS"  # parameter bound (default: from the base model)
 
 # --- LLM judge and search tool of judge-based tasks (evaluation only; never in the agent pod) ---

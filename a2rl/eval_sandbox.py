@@ -18,7 +18,11 @@ so it gets a box of its own, built here for both of its launchers (the recorder'
   writable are only a scratch directory (``TMPDIR``, the caches), the directories the caller
   names and, of a local store, the keys it names (the run's prefix; everything else in the store
   is bound back read-only); secrets the evaluation does not need (the machine keys) are hidden;
-  ``/dev`` is a fresh one (GPU nodes passed through), ``/dev/shm`` a size-capped tmpfs.
+  ``/dev`` is a fresh one (GPU nodes passed through), ``/dev/shm`` a size-capped tmpfs;
+- **a fair share of the CPU** for the agent it evaluates alongside: niceness
+  ``A2RL_EVAL_NICE`` (default 10 above the launcher's) and ``A2RL_EVAL_THREADS`` CPU threads
+  (``OMP_NUM_THREADS`` and kin, which torch follows; default half the cores, at least 1), so an
+  evaluation of submission n does not starve the training of submission n+1 on a small machine.
 
 Time is the caller's: it kills the process group after its timeout, and `close()` kills what
 is left in the cgroup (a process that left the group) before removing it.
@@ -42,7 +46,9 @@ from a2rl.constants import (
     ENV_BWRAP,
     ENV_EVAL_MAX_PROCESSES,
     ENV_EVAL_MEMORY_BYTES,
+    ENV_EVAL_NICE,
     ENV_EVAL_SANDBOX,
+    ENV_EVAL_THREADS,
     ENV_EVAL_TIMEOUT,
 )
 from a2rl.egress_proxy import EGRESS_PORT, EgressProxy, describe_addresses, egress_addresses, proxy_env
@@ -54,6 +60,10 @@ from a2rl.sandbox_relay import relay_command
 
 DEFAULT_MAX_PROCESSES = 4096
 DEFAULT_MEMORY_FRACTION = 0.75
+#: Niceness an eval process adds to the launcher's (`A2RL_EVAL_NICE`).
+DEFAULT_EVAL_NICE = 10
+#: The variables that bound a process's CPU threads (OpenMP, MKL, OpenBLAS; torch follows OpenMP's).
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 SANDBOX_MODES = ("auto", "bwrap", "none")
 #: GPU device nodes passed through when present (NVIDIA, DRM render nodes).
 GPU_DEVICE_GLOBS = ("nvidia*", "nvidia-caps", "dri")
@@ -102,6 +112,36 @@ def eval_limits(env: Mapping[str, str] | None = None) -> Limits:
         memory_bytes=_positive(env, ENV_EVAL_MEMORY_BYTES, default_memory),
         max_processes=_positive(env, ENV_EVAL_MAX_PROCESSES, DEFAULT_MAX_PROCESSES),
     )
+
+
+def eval_nice(env: Mapping[str, str] | None = None) -> int:
+    """How much nicer than its launcher an eval process runs (0: as nice)."""
+    env = os.environ if env is None else env
+    raw = env.get(ENV_EVAL_NICE, "").strip()
+    if not raw:
+        return DEFAULT_EVAL_NICE
+    try:
+        value = int(raw)
+    except ValueError:
+        raise A2rlError(f"{ENV_EVAL_NICE} must be a number from 0 to 19, got {raw!r}") from None
+    if not 0 <= value <= 19:
+        raise A2rlError(f"{ENV_EVAL_NICE} must be a number from 0 to 19, got {raw!r}")
+    return value
+
+
+def eval_threads(env: Mapping[str, str] | None = None) -> int:
+    """The CPU threads of an eval process: `A2RL_EVAL_THREADS`, default half the cores it may run
+    on (at least 1), leaving the rest to the agent it is evaluating alongside."""
+    env = os.environ if env is None else env
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return _positive(env, ENV_EVAL_THREADS, max(cores // 2, 1))
+
+
+def thread_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`THREAD_ENV` set to `eval_threads` (those `env` sets itself are kept as they are)."""
+    env = os.environ if env is None else env
+    threads = str(eval_threads(env))
+    return {name: threads for name in THREAD_ENV if not env.get(name, "").strip()}
 
 
 def eval_timeout_s(env: Mapping[str, str] | None = None) -> float:
@@ -256,6 +296,8 @@ class EvalBox:
         if mode not in SANDBOX_MODES:
             raise A2rlError(f"{ENV_EVAL_SANDBOX} must be one of {', '.join(SANDBOX_MODES)}, got {mode!r}")
         self.limits = eval_limits(env)
+        self.nice = eval_nice(env)
+        self.threads = thread_env(env)
         bwrap = None if mode == "none" else find_bwrap(env)
         if mode == "bwrap" and bwrap is None:
             raise A2rlError(
@@ -263,7 +305,7 @@ class EvalBox:
             )
         self.scratch = Path(tempfile.mkdtemp(prefix="a2rl-eval-scratch-"))
         self.containment: Containment = contain(name, self.limits)
-        self.env = scratch_env(self.scratch)
+        self.env = scratch_env(self.scratch) | self.threads
         self.sandboxed = bwrap is not None
         self.egress: EgressProxy | None = None
         addresses = egress_addresses(endpoints)
@@ -301,8 +343,16 @@ class EvalBox:
 
     @property
     def preexec(self) -> Callable[[], None]:
-        """For Popen's ``preexec_fn``: joins the cgroup and/or sets the rlimits."""
-        return self.containment.preexec
+        """For Popen's ``preexec_fn``: joins the cgroup and/or sets the rlimits, then lowers the
+        process's priority by `nice`."""
+        contain_child, nice = self.containment.preexec, self.nice
+
+        def run() -> None:
+            contain_child()
+            if nice:
+                os.nice(nice)
+
+        return run
 
     def describe(self) -> str:
         """One line for the eval log: what contains this evaluation."""
@@ -311,7 +361,11 @@ class EvalBox:
             if self.sandboxed
             else "no sandbox (bubblewrap unavailable or A2RL_EVAL_SANDBOX=none)"
         )
-        return f"eval sandbox: {where}, network: {self.network}; limits: {self.containment.describe()}"
+        threads = next(iter(self.threads.values()), "as set")
+        return (
+            f"eval sandbox: {where}, network: {self.network}; limits: {self.containment.describe()};"
+            f" cpu: nice +{self.nice}, {threads} threads"
+        )
 
     def usage(self) -> LimitUsage:
         return self.containment.usage()

@@ -66,7 +66,14 @@ from a2rl.workspace import (
 )
 from a2rl_runner.agent_stack import StackRun
 from a2rl_runner.driver_usage import driver_line, metered, read_driver_summary
-from a2rl_runner.printing import fmt_score, progress_line, summarize, summary_lines
+from a2rl_runner.printing import (
+    StatusLine,
+    evaluating,
+    fmt_duration,
+    fmt_score,
+    submissions_status,
+    summary_lines,
+)
 from a2rl_runner.sandbox.limits import AgentLimits, LimitWatch, agent_limits, contain_agent
 from a2rl_runner.sandbox.limits import describe as describe_limits
 from a2rl_runner.sandbox.policy import AGENT_HOME
@@ -84,7 +91,11 @@ from a2rl_runner.supervisor import (
     EndReason,
 )
 
-PROGRESS_EVERY_S = 10.0
+#: How often the status line is refreshed: on a terminal (in place), elsewhere (a line is printed
+#: only when the status changed or `PLAIN_EVERY_S` passed; `StatusLine`).
+STATUS_EVERY_TTY_S = 1.0
+STATUS_EVERY_PLAIN_S = 5.0
+PLAIN_EVERY_S = 60.0
 #: run.json's `agent_last_words`: at most this many of the last non-empty lines of agent.log, each
 #: cut to LAST_WORDS_LINE_CHARS, read from at most LAST_WORDS_TAIL_BYTES at the log's end.
 LAST_WORDS_LINES = 5
@@ -173,13 +184,18 @@ class _Prepared:
         return self.bwrap.version if self.bwrap is not None else NO_SANDBOX
 
 
-class _Printer:
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
+def _ticking(
+    say: Callable[[str], None], status: Callable[[], tuple[str, str | None]]
+) -> contextlib.AbstractContextManager[None]:
+    """`StatusLine.ticking` when `say` is the runner's status line, else nothing."""
+    if isinstance(say, StatusLine):
+        return say.ticking(status, STATUS_EVERY_TTY_S if say.tty else STATUS_EVERY_PLAIN_S)
+    return contextlib.nullcontext()
 
-    def __call__(self, line: str) -> None:
-        if self.enabled:
-            print(line, flush=True)
+
+def _still(what: str, since: float) -> Callable[[], tuple[str, str | None]]:
+    """The status of a blocking phase: `[a2rl] <what> (1m05s)`; its key does not change."""
+    return lambda: (f"[a2rl] {what} ({fmt_duration(time.monotonic() - since)})", what)
 
 
 # --- entry point ---------------------------------------------------------------------------------
@@ -195,7 +211,7 @@ def run_benchrun(
 
     The agent runs in the local sandbox (`a2rl_runner.sandbox`) unless `sandbox` is False.
     Raises `A2rlError` for every user mistake before anything is started."""
-    say = _Printer(progress)
+    say = StatusLine(enabled=progress, plain_every_s=PLAIN_EVERY_S)
     run = load(path_or_model)
     # One trace per run: the root span "benchrun" (child of A2RL_TRACEPARENT when that is set).
     tracing = Tracing(COMPONENT_RUNNER, new_trace=True)
@@ -359,14 +375,17 @@ def _baseline(prep: _Prepared, say: Callable[[str], None]) -> ResultRecord:
     say("[a2rl] scoring the base model (submission 0; cached across runs)")
     log = prep.logs_dir / "baseline.log"
     eval_env = envs.eval_environ(spec)  # the run's own judge: the box lets the evaluation reach it
-    with baseline_box(
-        task=prep.task_name,
-        store_uri=prep.store.uri,
-        run_prefix=prep.layout.prefix,
-        model_dir=prep.model_dir,
-        heldout=prep.heldout_dir,
-        env=eval_env,
-    ) as box:
+    with (
+        baseline_box(
+            task=prep.task_name,
+            store_uri=prep.store.uri,
+            run_prefix=prep.layout.prefix,
+            model_dir=prep.model_dir,
+            heldout=prep.heldout_dir,
+            env=eval_env,
+        ) as box,
+        _ticking(say, _still("scoring the base model: still evaluating", time.monotonic())),
+    ):
         done = run_a2rl(
             args,
             log_path=log,
@@ -471,6 +490,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
             cwd=ws.root if sandbox is not None else cwd,  # bubblewrap enters `cwd` itself
             log_path=prep.logs_dir / "agent.log",
             console_prefix="agent | " if progress else None,
+            echo=say if isinstance(say, StatusLine) else None,
             sandboxed=sandbox is not None,
             preexec=sandbox.preexec if sandbox is not None else box.preexec,
         )
@@ -505,7 +525,7 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
                         remaining,
                         spec.budget.grace_seconds,
                         on_tick=_ticker(recorder, start, budget, say),
-                        tick_s=PROGRESS_EVERY_S,
+                        tick_s=STATUS_EVERY_TTY_S if getattr(say, "tty", False) else STATUS_EVERY_PLAIN_S,
                         stop_when=_first_reason(stack.budget_spent if stack is not None else None, watch),
                     )
                     agent_span.set_attribute("a2rl.agent.end_reason", outcome.end_reason)
@@ -517,6 +537,9 @@ def execute(prep: _Prepared, *, say: Callable[[str], None], progress: bool) -> R
                 outcome = AgentOutcome(
                     exit_code=code, end_reason=INTERRUPTED, duration_s=time.time() - start, interrupted=True
                 )
+            finally:
+                if isinstance(say, StatusLine):
+                    say.clear()
             if outcome is None:
                 outcome = AgentOutcome(exit_code=None, end_reason=FAILED, duration_s=time.time() - start)
             ended = time.time()
@@ -718,10 +741,21 @@ def _ticker(
     def tick(_elapsed: float, remaining: float) -> None:
         if remaining < 1.0:  # the deadline itself is reported by the next line
             return
-        elapsed = time.time() - start
+        now = time.time()
+        elapsed = now - start
+        clock = (
+            f"[a2rl] agent running  {fmt_duration(elapsed)} elapsed, {fmt_duration(budget - elapsed)} left"
+        )
         entries = recorder.submissions() if recorder.alive() else None
-        summary = summarize(entries) if entries is not None else None
-        say(progress_line("agent running", elapsed, max(budget - elapsed, 0.0), summary))
+        if entries is None:
+            text, key = f"{clock}  (grading server not answering)", "not answering"
+        else:
+            status, key = submissions_status(entries, now)
+            text = f"{clock}  {status}"
+        if isinstance(say, StatusLine):
+            say.update(text, key)
+        else:
+            say(text)
 
     return tick
 
@@ -731,8 +765,21 @@ def _stop_recorder(recorder: RecorderProcess, say: Callable[[str], None]) -> boo
     if recorder.pid is None:
         return False
     say("[a2rl] stopping the grading server (finishing in-flight evaluations)")
+    since = time.monotonic()
+
+    def status() -> tuple[str, str | None]:
+        waited = fmt_duration(time.monotonic() - since)
+        entries = recorder.submissions() if recorder.alive() else None
+        current = evaluating(entries, time.time()) if entries else None
+        if current is None:
+            return f"[a2rl] wrapping up: still finishing in-flight evaluations ({waited})", "draining"
+        index, running = current
+        running_for = f" ({fmt_duration(running)} since submitted)" if running is not None else ""
+        return f"[a2rl] wrapping up: still evaluating #{index}{running_for}; {waited} so far", f"#{index}"
+
     try:
-        code = recorder.stop(_recorder_stop_timeout())
+        with _ticking(say, status):
+            code = recorder.stop(_recorder_stop_timeout())
     except KeyboardInterrupt:
         recorder.kill()
         say("[a2rl] interrupted: grading server killed")
@@ -779,7 +826,8 @@ def _report(prep: _Prepared, say: Callable[[str], None]) -> tuple[ReportRecord |
             say(f"[a2rl] warning: {tampered_line(index)}")
     say("[a2rl] writing the report")
     try:
-        report = write_report(prep.store, prep.layout, run_key=prep.run_key)
+        with _ticking(say, _still("still writing the report", time.monotonic())):
+            report = write_report(prep.store, prep.layout, run_key=prep.run_key)
     except Exception as exc:  # the run is recorded; a report bug must not hide it
         say(f"[a2rl] warning: the report could not be written: {type(exc).__name__}: {exc}")
         return None, None

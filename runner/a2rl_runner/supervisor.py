@@ -67,6 +67,9 @@ class AgentLaunch:
     log_path: Path
     #: Echo every output line to this process's stdout with this prefix (None: log file only).
     console_prefix: str | None = None
+    #: Where echoed lines go (one line, prefixed, without its newline); default this process's
+    #: stdout. The runner's status line passes its own, which keeps them above the status.
+    echo: Callable[[str], None] | None = None
     session: str = field(default_factory=lambda: uuid.uuid4().hex)
     #: `argv` starts the agent in a PID namespace (the local sandbox): the main process and its
     #: child are the namespace's wrappers, spared by SIGTERM (the namespace's init would take
@@ -145,7 +148,9 @@ class AgentSupervisor:
             return
         assert self._proc.stdout is not None
         self._pump = threading.Thread(
-            target=_pump, args=(self._proc.stdout, self._log, self.launch.console_prefix), daemon=True
+            target=_pump,
+            args=(self._proc.stdout, self._log, self.launch.console_prefix, self.launch.echo),
+            daemon=True,
         )
         self._pump.start()
 
@@ -316,16 +321,21 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def _pump(stream: IO[bytes], log: IO[bytes], prefix: str | None) -> None:
+def _pump(
+    stream: IO[bytes], log: IO[bytes], prefix: str | None, echo: Callable[[str], None] | None = None
+) -> None:
     """Copy the agent's output to the log file (and the console) line by line until EOF."""
     with stream:
         for line in iter(stream.readline, b""):
             log.write(line)
             log.flush()
             if prefix is not None:
-                text = line.decode("utf-8", errors="replace")
-                sys.stdout.write(prefix + text if text.endswith("\n") else prefix + text + "\n")
-                sys.stdout.flush()
+                text = prefix + line.decode("utf-8", errors="replace").rstrip("\r\n")
+                if echo is not None:
+                    echo(text)
+                else:
+                    sys.stdout.write(text + "\n")
+                    sys.stdout.flush()
 
 
 # Re-exported: the runner's modules import the end reasons from here.
