@@ -874,20 +874,33 @@ def _checked_results(prep: _Prepared, keys: list[str] | None = None) -> list[tup
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM to the runner behaves like Ctrl-C: stop the agent, still record the run."""
+    """SIGTERM to the runner behaves like Ctrl-C: stop the agent, still record the run. So does
+    SIGHUP, the terminal closing under it (unless it was started ignoring SIGHUP, as `nohup`
+    does): its output then goes to /dev/null, since a write to the lost terminal would fail."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def handler(signum: int, frame: FrameType | None) -> None:
+    def on_term(signum: int, frame: FrameType | None) -> None:
         del signum, frame
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    def on_hangup(signum: int, frame: FrameType | None) -> None:
+        del signum, frame
+        null = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+        raise KeyboardInterrupt
+
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_term)}
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 __all__ = ["RunOutcome", "check_run_name", "load", "open_writable_store", "run_benchrun"]

@@ -1,6 +1,7 @@
-"""How a real `a2rl run` ends: Ctrl-C during the baseline, SIGTERM during the agent, an agent that
-gives up without a submission (`no_submission`, its last words, `--fail-on-no-improvement`), and
-what a user does next (`a2rl logs -f` on the live run, `a2rl report --latest` from another store).
+"""How a real `a2rl run` ends: Ctrl-C during the baseline, SIGTERM during the agent, the terminal
+closing, an agent that gives up without a submission (`no_submission`, its last words,
+`--fail-on-no-improvement`), and what a user does next (`a2rl logs -f` on the live run,
+`a2rl report --latest` from another store).
 
 Each run is an `a2rl run` subprocess started with SIGINT at its default, as from a terminal.
 """
@@ -10,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pty
 import signal
 import subprocess
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -214,3 +217,51 @@ def test_ctrl_c_during_the_wrap_up_is_recorded_as_interrupted(
     doc = json.loads((_run_dir(store_dir, "cut-wrap-up") / "run.json").read_text())
     assert doc["end_reason"] == "interrupted", doc
     assert doc["agent_exit_code"] == 0 and doc["started_at"] and doc["ended_at"]
+
+
+def test_the_terminal_closing_during_the_agent_is_recorded_as_interrupted(
+    tmp_path: Path, store_dir: Path, env: dict[str, str]
+) -> None:
+    """The user's terminal goes away (a closed window, a dropped ssh session): the runner's output
+    is a terminal no more and it gets SIGHUP. Before, it died there: no end reason, and its
+    recorder left running."""
+    path = _spec_file(tmp_path, "hung-up", WAITS, wall_s=600, grace_s=5)
+    leader, follower = pty.openpty()
+    with _sigint_as_from_a_terminal():
+        proc = subprocess.Popen(
+            a2rl_argv("run", str(path), "--store", str(store_dir)),
+            stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, env=env,
+        )  # fmt: skip
+    os.close(follower)
+    seen = b""
+    deadline = time.monotonic() + 600
+    while b"agent: started" not in seen and time.monotonic() < deadline:
+        try:
+            seen += os.read(leader, 4096)
+        except OSError:
+            break
+    assert b"agent: started" in seen, seen[-3000:]
+    os.close(leader)  # the terminal is gone: writes to it fail from now on
+    proc.send_signal(signal.SIGHUP)  # what the kernel sends its session
+    assert proc.wait(timeout=600) == 130
+    run_dir = _run_dir(store_dir, "hung-up")
+    doc = json.loads((run_dir / "run.json").read_text())
+    assert doc["end_reason"] == "interrupted" and doc["started_at"] and doc["ended_at"], doc
+    assert (run_dir / "report" / "report.json").is_file()
+    # Nothing of the run is left running: no process names the run in its command line or its
+    # environment (the recorder's has the run's prefix).
+    time.sleep(1)
+    assert _processes_naming(run_dir.name) == []
+
+
+def _processes_naming(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                seen = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if text.encode() in seen:
+                found.append(int(entry.name))
+    return found
