@@ -15,6 +15,7 @@ operator serves neither through it.)
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from kubernetes import client
 
 LIVENESS_PATH = "/healthz"
 READINESS_PATH = "/readyz"
@@ -94,10 +96,6 @@ def kubernetes_probe(api_config: Any, timeout_s: float = CHECK_TIMEOUT_S) -> Cal
     credentials (`kubernetes.client.Configuration`), no retries, `timeout_s` to connect and read.
     `/readyz` is readable by every client (`system:public-info-viewer`) and fails while the API
     server cannot serve (its etcd down, shutting down)."""
-    import copy
-
-    from kubernetes import client
-
     config = copy.deepcopy(api_config)
     config.retries = False  # one attempt: a readiness probe is asked again anyway
     api = client.ApiClient(config)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from a2rl_tasks import task_class
+
 from a2rl.records.report import ReportHeadline, ReportMetrics
 from a2rl.records.result import TAMPERED_ERROR
 from a2rl_grader.report.history import RunHistory
@@ -28,8 +30,6 @@ def task_metric(task: str | None) -> tuple[str | None, list[float] | None]:
     if not task:
         return None, None
     try:
-        from a2rl_tasks import task_class
-
         cls = task_class(task)
     except Exception:  # an unknown task, or a module needing packages this process lacks
         return None, None
