@@ -105,8 +105,10 @@ def test_cli_rebuilds_a_report_of_a_run_still_going(
 
 
 def test_cli_errors_are_one_line(
-    store: LocalStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    store: LocalStore, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A home of its own: a run earlier in the session left a last store, which the message names.
+    monkeypatch.setenv("A2RL_HOME", str(tmp_path / "home"))
     assert main(["report", "--latest", "--store", str(store.root)]) == 2
     assert capsys.readouterr().err.strip() == f"a2rl: error: no runs in store {store.uri}"
     sample_run(tmp_path, store)
