@@ -53,11 +53,17 @@ def _replace(match: re.Match[str]) -> str:
     return f"{match.group(1)}{match.group(2)}{REDACTED}" if match.re.groups == 2 else REDACTED
 
 
-def redact_secrets(text: str, secrets: Sequence[str] = ()) -> str:
-    """`text` with every known secret in `secrets` and every credential-shaped string redacted."""
+def redact_known(text: str, secrets: Sequence[str]) -> str:
+    """`text` with every occurrence of the known `secrets` (those long enough) redacted."""
     for secret in secrets:
         if secret and len(secret) >= MIN_SECRET_LEN and secret in text:
             text = text.replace(secret, REDACTED)
+    return text
+
+
+def redact_secrets(text: str, secrets: Sequence[str] = ()) -> str:
+    """`text` with every known secret in `secrets` and every credential-shaped string redacted."""
+    text = redact_known(text, secrets)
     for prefixes, pattern in SECRET_PATTERNS:
         if any(p in text for p in prefixes):
             text = pattern.sub(_replace, text)

@@ -26,11 +26,11 @@ from typing import IO
 
 from a2rl.errors import A2rlError
 from a2rl.launch import kill_group, start_a2rl, stop_service
+from a2rl.redaction import MIN_SECRET_LEN
 from a2rl.tracing import current_trace_env
 from a2rl_gateway.app import EXHAUSTED_PREFIX, READY_PREFIX, REFUSED_PREFIX
 from a2rl_gateway.config import KEY_SOURCE_STDIN, GatewayConfig
 from a2rl_gateway.protocols import PROVIDER_KEY_ENVS
-from a2rl_gateway.redact import MIN_SECRET_LEN
 
 READY_TIMEOUT_S = 60.0
 

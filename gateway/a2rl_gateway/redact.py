@@ -12,23 +12,20 @@ a tool result reaches neither the record nor the run's transcript.
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from a2rl.redaction import redact_secrets
+from a2rl.redaction import REDACTED, redact_known, redact_secrets
 
-REDACTED = "[redacted]"
 SECRET_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "x-api-key", "x-goog-api-key", "api-key", "cookie", "set-cookie"}
 )
-#: Shorter strings are not scrubbed from text (they would blank unrelated words).
-MIN_SECRET_LEN = 8
 
 
 def redact_headers(headers: Iterable[tuple[str, str]], secrets: Sequence[str] = ()) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in headers:
-        out[name] = REDACTED if name.lower() in SECRET_HEADERS else redact_text(value, secrets)
+        out[name] = REDACTED if name.lower() in SECRET_HEADERS else redact_known(value, secrets)
     return out
 
 
@@ -52,30 +49,21 @@ def redact_url(url: str) -> str:
     return redact_query(f"{clean}?{parts.query}") if parts.query else clean
 
 
-def redact_text(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        if secret and len(secret) >= MIN_SECRET_LEN and secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
-
-
 def redact_value(value: Any, secrets: Sequence[str]) -> Any:
     """A JSON value with every secret scrubbed from its strings (object keys included)."""
-    if isinstance(value, str):
-        return redact_text(value, secrets)
-    if isinstance(value, Mapping):
-        return {redact_text(str(k), secrets): redact_value(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_value(v, secrets) for v in value]
-    return value
+    return _map_strings(value, lambda text: redact_known(text, secrets))
 
 
 def redact_patterns(value: Any) -> Any:
     """A JSON value with credential-shaped text scrubbed from its strings (object keys included)."""
+    return _map_strings(value, redact_secrets)
+
+
+def _map_strings(value: Any, scrub: Callable[[str], str]) -> Any:
     if isinstance(value, str):
-        return redact_secrets(value)
+        return scrub(value)
     if isinstance(value, Mapping):
-        return {redact_secrets(str(k)): redact_patterns(v) for k, v in value.items()}
+        return {scrub(str(k)): _map_strings(v, scrub) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact_patterns(v) for v in value]
+        return [_map_strings(v, scrub) for v in value]
     return value
