@@ -39,16 +39,6 @@ def fmt_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
-def progress_line(phase: str, elapsed: float, remaining: float, summary: ScoreSummary | None) -> str:
-    line = f"[a2rl] {phase:<14} {fmt_duration(elapsed)} elapsed, {fmt_duration(remaining)} left"
-    if summary is None:
-        return line + "  (grading server not answering)"
-    return (
-        f"{line}  submissions {summary.submissions}  last {fmt_score(summary.last_score)}"
-        f"  best {fmt_score(summary.best_score)}"
-    )
-
-
 def summary_lines(
     *,
     prefix: str,

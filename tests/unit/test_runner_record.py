@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from a2rl_runner.printing import progress_line, summarize
+from a2rl_runner.printing import submissions_status, summarize
 
 from a2rl.api.benchrun import BenchRun
 from a2rl.constants import AGENT_CONTRACT_ENV, ENV_SEED
@@ -72,9 +72,8 @@ def test_summarize_best_of_budget() -> None:
 def test_summarize_accepts_result_documents_and_empty() -> None:
     s = summarize([{"index": 0, "score": 2.0}])
     assert (s.best_score, s.improvement, s.submissions) == (None, None, 0)
-    line = progress_line("agent running", 65, 235, s)
-    assert "1m05s elapsed" in line and "3m55s left" in line and "submissions 0" in line
-    assert "not answering" in progress_line("agent running", 1, 2, None)
+    text, _ = submissions_status([{"index": 0, "score": 2.0}], now=0.0)
+    assert "submissions 0/0 valid" in text and "evaluating" not in text
 
 
 def test_agent_env_contract_wins_and_secrets_stay_out() -> None:
