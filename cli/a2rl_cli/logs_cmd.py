@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from a2rl.errors import A2rlError
+from a2rl_cli.run_arg import add_run_args, chosen_run
 
 if TYPE_CHECKING:
     from a2rl.store.base import ObjectStore
@@ -38,9 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "With -f, keep printing what a live local run writes until it ends (Ctrl-C stops)."
         ),
     )
-    parser.add_argument("run", nargs="?", metavar="RUN", help="the run (default: the newest run)")
-    parser.add_argument("--latest", action="store_true", help="the run with the newest start time")
-    parser.add_argument("--store", metavar="URI", default=None, help="object store (default: ~/.a2rl/store)")
+    add_run_args(parser)
     parser.add_argument(
         "--component",
         "-c",
@@ -57,15 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    from a2rl.runs import find_run, latest_run
-    from a2rl.store.open import open_store
-
-    if args.run and args.latest:
-        raise A2rlError("give either RUN or --latest, not both")
-    store = open_store(args.store)
-    layout = (
-        find_run(store, args.run, command="a2rl logs") if args.run else latest_run(store, command="a2rl logs")
-    )
+    store, layout = chosen_run(args, "a2rl logs")
     tail = _Tail(store, layout, tuple(args.component or COMPONENTS))
     try:
         if not args.follow:

@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from a2rl.errors import A2rlError, NotFoundError
+from a2rl.errors import NotFoundError
+from a2rl_cli.run_arg import add_run_args, chosen_run
 
 if TYPE_CHECKING:
     from a2rl.records.report import ReportRecord
@@ -31,8 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "stored report is reused; otherwise (or with --regenerate) it is built and stored."
         ),
     )
-    parser.add_argument("run", nargs="?", metavar="RUN", help="the run (default: the newest run)")
-    parser.add_argument("--latest", action="store_true", help="the run with the newest start time")
+    add_run_args(parser)
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--md", action="store_true", help="print report.md instead of the terminal view")
     form.add_argument("--json", action="store_true", help="print report.json instead of the terminal view")
@@ -40,19 +40,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     form.add_argument(
         "--open", action="store_true", help="open the HTML page (platform opener), else print its path"
     )
-    parser.add_argument("--store", metavar="URI", default=None, help="object store (default: ~/.a2rl/store)")
     parser.add_argument("--regenerate", action="store_true", help="rebuild the report even if one is stored")
     parser.set_defaults(func=_report)
 
 
 def _report(args: argparse.Namespace) -> int:
-    from a2rl.runs import find_run, latest_run, read_run_info
-    from a2rl.store.open import open_store
+    from a2rl.runs import read_run_info
 
-    if args.run and args.latest:
-        raise A2rlError("give either RUN or --latest, not both")
-    store = open_store(args.store)
-    layout = find_run(store, args.run) if args.run else latest_run(store)
+    store, layout = chosen_run(args, "a2rl report")
     info = read_run_info(store, layout)
     ended_at = info.ended_at.isoformat() if info.ended_at else None
     report = _current_report(store, layout, ended_at, args.regenerate)
