@@ -247,9 +247,9 @@ def test_dry_run_prints_the_plan_and_stages_nothing(
     parts = ("plan", "model", "data", "agent", "sandbox", "limits", "store", "baseline", "driver", "wall")
     assert set(parts) <= set(heads), out
     assert "builtin:tiny" in out and "task arith, seed 0" in out and "protocol reference" in out
-    assert "budget 400 s (+15 s grace)" in out and "memory 4.0 GiB" in out
+    assert "budget 900 s (+15 s grace)" in out and "memory 4.0 GiB" in out
     assert "driver      none" in out
-    assert "about 6m55s" in out  # the agent's budget and grace
+    assert "about 15m15s" in out  # the agent's budget and grace
     # Nothing staged, built, written: no store, no run state, the caches as they were.
     assert not store.exists()
     assert not (home / "logs").exists() and not (home / "workspaces").exists()
