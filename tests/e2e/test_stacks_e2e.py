@@ -40,8 +40,15 @@ UPSTREAM_KEY = "tgp_v1_9Qm2xL7RkT4wZc8NbV3hJd6FsA1pYe5uGo0iKlMnBq"
 #: data version 3 (held-out drawn from the unseen half of the space, 2026-11-27): loss 0.90,
 #: 29/200 right.
 TRAIN_STEPS = 300
+#: The stacks whose run trains the full `TRAIN_STEPS` and must beat the base model. The training
+#: script is the same for every stack, so what the model learns is shown twice; the other stacks
+#: train `SHORT_TRAIN_STEPS` (a real training run through their shell tool, detached and waited
+#: for the same way, ≈ 20 s instead of ≈ 85 s) and must submit a model that is scored. Claude Code
+#: is among the full ones: its stack moves the long training to the background.
+FULL_TRAINING = ("claude-code", "codex")
+SHORT_TRAIN_STEPS = 60
 
-TRAIN_PY = f"""\
+TRAIN_PY = """\
 import json, os
 from pathlib import Path
 
@@ -54,7 +61,7 @@ settings = SFTSettings(batch_size=32, learning_rate=2e-3)
 session = SFTSession(
     Path(os.environ["MODEL_PATH"]), pairs, settings, work_dir=Path("/tmp/sft"), log=print
 )
-stats = session.train_round(10**6, {TRAIN_STEPS})  # steps alone end it: the same model on a busy machine
+stats = session.train_round(10**6, {steps})  # steps alone end it: the same model on a busy machine
 print("trained", stats.steps, "steps, loss", round(stats.loss, 4), flush=True)
 session.save(Path(os.environ["OUTPUT_DIR"]) / "v1")
 """
@@ -81,10 +88,14 @@ TRAINING_ENDED = "training finished"
 BACKGROUND_AFTER_S = 5
 
 
+def train_steps(stack: str) -> int:
+    return TRAIN_STEPS if stack in FULL_TRAINING else SHORT_TRAIN_STEPS
+
+
 def _script(stack: str) -> Script:
     return Script(
         steps=[
-            Step(write_file_command("code/train.py", TRAIN_PY)),
+            Step(write_file_command("code/train.py", TRAIN_PY.format(steps=train_steps(stack)))),
             Step("env | sort > code/env.txt"),
             Step(TRAIN_COMMAND, timeout_s=BACKGROUND_AFTER_S if stack == "claude-code" else None),
             Step(WAIT_COMMAND, until=TRAINING_ENDED),
@@ -107,15 +118,21 @@ def _benchrun(stack: str, driver_url: str, **budget: int) -> BenchRun:
     return BenchRun.model_validate({"metadata": {"name": f"stack-{stack}"}, "spec": spec})
 
 
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One store for the module's runs: the base model is scored once (the baseline cache), and
+    the key check below then covers every stack's records."""
+    return tmp_path_factory.mktemp("stacks") / "store"
+
+
 # Minutes on an idle machine; on a loaded one the steps take as long as they take (≈ 3 s each at
 # worst seen): the run's budget (1800 s) and this limit leave room for that.
 @pytest.mark.timeout(2400)
 @pytest.mark.parametrize("stack", STACK_NAMES)
 def test_a_stack_trains_and_submits_through_the_gateway(
-    stack: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    stack: str, store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv(KEY_ENV, UPSTREAM_KEY)
-    store = tmp_path / "store"
     with DriverServer(_script(stack), api_key=UPSTREAM_KEY) as driver:
         outcome = run_benchrun(_benchrun(stack, driver.url), store_uri=str(store), progress=True)
         sent = driver.usage_total()
@@ -124,10 +141,13 @@ def test_a_stack_trains_and_submits_through_the_gateway(
     assert outcome.end_reason == "completed", out[-4000:]
     run_dir = store / outcome.prefix
 
-    # A scored submission of the model the stack trained, better than the untrained base model.
+    # A scored submission of the model the stack trained; after the full training, better than
+    # the untrained base model.
     scores = outcome.scores
     assert scores.valid_submissions == 1 and scores.best_score is not None, out[-3000:]
-    assert scores.baseline_score is not None and scores.best_score > scores.baseline_score, scores
+    assert scores.baseline_score is not None, scores
+    if stack in FULL_TRAINING:
+        assert scores.best_score > scores.baseline_score, scores
     assert "trained" in (run_dir / "logs" / "agent.log").read_text()
 
     # The gateway metered exactly what the driver sent.
@@ -155,7 +175,7 @@ def test_a_stack_trains_and_submits_through_the_gateway(
     assert report["driver"]["total_tokens"] == run_json["driver_tokens"] == summary["total_tokens"]
     # The transcript: the training step's tool output as the stack sent it back to the model.
     transcript = (run_dir / "report" / "transcript.html").read_text()
-    assert TRAINING_ENDED in transcript and f"trained {TRAIN_STEPS} steps, loss" in transcript
+    assert TRAINING_ENDED in transcript and f"trained {train_steps(stack)} steps, loss" in transcript
     assert "href='transcript.html'" in (run_dir / "report" / "report.html").read_text()
 
     # The upstream key: not in the agent's environment, nowhere in the store.
@@ -167,10 +187,9 @@ def test_a_stack_trains_and_submits_through_the_gateway(
 
 
 def test_a_spent_driver_budget_ends_the_run_after_the_agent_saw_the_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv(KEY_ENV, UPSTREAM_KEY)
-    store = tmp_path / "store"
     with DriverServer(_script("claude-code"), api_key=UPSTREAM_KEY) as driver:
         run = _benchrun("claude-code", driver.url, driverTokens=1000)  # spent by the first call
         outcome = run_benchrun(run, store_uri=str(store), progress=True)
