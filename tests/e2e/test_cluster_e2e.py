@@ -58,7 +58,7 @@ from tests.support.grading_support import (
 from tests.support.operator_install import OperatorProcess, serviceaccount_kubeconfig
 from tests.support.operator_support import RESTRICTED, get_run, wait_run
 
-# ~8 min on 2 idle cores (two training rounds); a loaded CI runner gets twice pyproject's 900 s.
+# ~4 min on 2 idle cores (two training rounds); a loaded CI runner gets twice pyproject's 900 s.
 pytestmark = [pytest.mark.cluster, pytest.mark.minio, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 EVAL_LIMIT = 40
@@ -66,7 +66,7 @@ EVAL_LIMIT = 40
 #: of seconds, so that a loaded machine changes the run's duration, not what the model learns).
 AGENT_ENV = {
     "AGENT_MAX_ROUNDS": "2",
-    "AGENT_ROUND_MAX_STEPS": "350",
+    "AGENT_ROUND_MAX_STEPS": "250",
     "AGENT_FIRST_ROUND_S": "600",
     "AGENT_ROUND_S": "600",
     "AGENT_EVAL_ESTIMATE_S": "40",
