@@ -133,12 +133,14 @@ def last_store() -> str | None:
     return text or None
 
 
-def no_runs_message(store: ObjectStore, command: str = "a2rl report") -> str:
-    """'no runs in store A', plus where the last `a2rl run` put its run when that was elsewhere."""
+def no_runs_message(store: ObjectStore, command: str = "a2rl report", *, latest: bool = True) -> str:
+    """'no runs in store A', plus where the last `a2rl run` put its run when that was elsewhere
+    (the hint is `<command> --store B`, then ` --latest` when `latest`)."""
     message = f"no runs in store {store.uri}"
     other = last_store()
     if other is not None and other.rstrip("/") != store.uri.rstrip("/"):
-        message += f"; the last run used --store {other}: {command} --store {other} --latest"
+        message += f"; the last run used --store {other}: {command} --store {other}"
+        message += " --latest" if latest else ""
     return message
 
 

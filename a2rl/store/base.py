@@ -7,6 +7,7 @@ import json
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -63,6 +64,29 @@ class ObjectStore(ABC):
     @abstractmethod
     def delete(self, key: str) -> None:
         """Remove `key`; no error when absent."""
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Remove every key under the folder `prefix` (never `""`: the whole store); returns how
+        many objects were removed. This default deletes key by key; `LocalStore` removes the
+        folder, `S3Store` sends batched DeleteObjects requests."""
+        if not prefix.strip("/"):
+            raise ValueError("delete_prefix needs a non-empty prefix (it never empties the whole store)")
+        count = 0
+        for key in list(self.list(prefix)):
+            self.delete(key)
+            count += 1
+        return count
+
+    def sizes(self, prefix: str) -> Iterator[tuple[str, int]]:
+        """(key, size in bytes) of every key under `prefix`, in `list` order. This default reads
+        each object; `LocalStore` and `S3Store` take the sizes from the listing."""
+        for key in self.list(prefix):
+            yield key, len(self.get_bytes(key))
+
+    def modified_at(self, key: str) -> datetime | None:
+        """When `key` was last written (aware, UTC), when the store can tell; None when absent
+        or unknown."""
+        return None
 
     def put_fileobj_verified(
         self, key: str, f: Reader, sha256: str | None, *, size: int, name: str = ""

@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 from a2rl.errors import A2rlError, NotFoundError
@@ -174,9 +175,38 @@ class LocalStore(ObjectStore):
             path.unlink()
         except (FileNotFoundError, NotADirectoryError):
             return
+        self._prune_empty(path.parent)
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Remove the folder `prefix` (its temporary files too); links in it are removed, never
+        followed."""
+        folder = check_prefix(prefix)
+        if not folder:
+            raise ValueError("delete_prefix needs a non-empty prefix (it never empties the whole store)")
+        base = self.root.joinpath(*folder.split("/"))
+        if base.is_symlink() or not base.is_dir():
+            return 0
+        count = sum(1 for _ in self.list(folder))
+        shutil.rmtree(base)
+        self._prune_empty(base.parent)
+        return count
+
+    def sizes(self, prefix: str) -> Iterator[tuple[str, int]]:
+        for key in self.list(prefix):
+            try:
+                yield key, self._path(key).lstat().st_size
+            except FileNotFoundError:
+                continue
+
+    def modified_at(self, key: str) -> datetime | None:
+        try:
+            return datetime.fromtimestamp(self._path(key).stat().st_mtime, UTC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def _prune_empty(self, parent: Path) -> None:
         # Prune folders left empty so listings and disk stay tidy (never the root itself).
-        parent = path.parent
-        while parent != self.root:
+        while parent != self.root and self.root in parent.parents:
             try:
                 parent.rmdir()
             except OSError:

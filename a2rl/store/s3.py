@@ -11,11 +11,13 @@ import hashlib
 import io
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import urllib3
 from minio import Minio
+from minio.deleteobjects import DeleteObject
 from minio.error import S3Error
 
 from a2rl.errors import A2rlError, NotFoundError
@@ -24,6 +26,9 @@ from a2rl.store.local import ContentChangedError, check_key, check_prefix
 
 #: S3's limit for one CopyObject request.
 MAX_SINGLE_COPY_BYTES = 5 * (1 << 30)
+
+#: S3's limit of keys in one DeleteObjects request.
+DELETE_BATCH = 1000
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 300.0
@@ -154,6 +159,46 @@ class S3Store(ObjectStore):
     def delete(self, key: str) -> None:
         # S3 DELETE of an absent key succeeds.
         self.client.remove_object(self.bucket, self._name(key))
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Remove every key under `prefix` with DeleteObjects requests of up to `DELETE_BATCH` keys;
+        an object S3 refuses to delete raises `A2rlError` naming it (after the whole batch)."""
+        folder = check_prefix(prefix)
+        if not folder:
+            raise ValueError("delete_prefix needs a non-empty prefix (it never empties the whole store)")
+        keys = list(self.list(folder))
+        for start in range(0, len(keys), DELETE_BATCH):
+            batch = [DeleteObject(self._name(key)) for key in keys[start : start + DELETE_BATCH]]
+            # The client sends the request lazily: the errors must be consumed.
+            errors = list(self.client.remove_objects(self.bucket, batch))
+            if errors:
+                first = errors[0]
+                raise A2rlError(
+                    f"could not delete {len(errors)} object(s) under {self.url_for(folder)}: "
+                    f"{first.name}: {first.code} {first.message or ''}".rstrip()
+                )
+        return len(keys)
+
+    def sizes(self, prefix: str) -> Iterator[tuple[str, int]]:
+        folder = check_prefix(prefix)
+        full = "/".join(p for p in (self.prefix, folder) if p)
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        for obj in self.client.list_objects(self.bucket, prefix=f"{full}/" if full else None, recursive=True):
+            name = obj.object_name
+            if name is not None and not name.endswith("/"):
+                yield name[strip:], obj.size or 0
+
+    def modified_at(self, key: str) -> datetime | None:
+        try:
+            stat = self.client.stat_object(self.bucket, self._name(key))
+        except S3Error as exc:
+            if exc.code in _MISSING_CODES:
+                return None
+            raise
+        when = stat.last_modified
+        if when is None:
+            return None
+        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
     def _translate(self, exc: S3Error, key: str) -> Exception:
         if exc.code in _MISSING_CODES:

@@ -144,6 +144,25 @@ def test_delete_is_idempotent(store: ObjectStore) -> None:
     assert list(store.list("d")) == []
 
 
+def test_delete_prefix_removes_one_folder_only_and_sizes_and_times_are_listed(store: ObjectStore) -> None:
+    """What `a2rl runs rm` relies on: `delete_prefix` (S3: batched DeleteObjects), `sizes`, `modified_at`."""
+    keys = [f"local/a-1/blobs/{i:04d}" for i in range(1005)] + ["local/a-1/run.json"]
+    for k in keys:
+        store.put_bytes(k, b"12345")
+    store.put_bytes("local/a-10/run.json", b"{}")
+    store.put_bytes("baselines/t/d/v.json", b"{}")
+    sizes = dict(store.sizes("local/a-1"))
+    assert sorted(sizes) == sorted(keys) and set(sizes.values()) == {5}
+    written = store.modified_at("local/a-1/run.json")
+    assert written is not None and abs(time.time() - written.timestamp()) < 600
+    assert store.modified_at("local/a-1/missing") is None
+    assert store.delete_prefix("local/a-1") == len(keys)
+    assert list(store.list("")) == ["baselines/t/d/v.json", "local/a-10/run.json"]
+    assert store.delete_prefix("local/a-1") == 0
+    with pytest.raises(ValueError):
+        store.delete_prefix("")
+
+
 # --- atomicity -----------------------------------------------------------------------------
 
 
