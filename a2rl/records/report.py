@@ -50,6 +50,10 @@ class ReportRun(Record):
     ended_at: str | None = None
     end_reason: str | None = None
     agent_exit_code: int | None = None
+    #: A cluster run queued through Kueue (run.json's): seconds its workspace Job waited for
+    #: admission, and how many times Kueue evicted it; None for a run that was not queued.
+    queue_wait_seconds: int | None = None
+    evictions: int | None = None
 
 
 class ReportMetrics(Record):
@@ -285,6 +289,10 @@ class ReportHeadline(Record):
     results_sealed: int | None = None
     results_verified: int | None = None
     results_tampered: int | None = None
+    #: A cluster run queued through Kueue (run.json `queue_wait_seconds`, `evictions`): the wait
+    #: for admission (not charged to the budget) and Kueue's evictions; None: not queued.
+    queue_wait_s: int | float | None = None
+    evictions: int | None = None
 
 
 class ReportRecord(Record):

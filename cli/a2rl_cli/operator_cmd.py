@@ -71,6 +71,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--workspace-size", help="size of each workspace PVC (default 20Gi)")
     p.add_argument("--storage-class", help="storage class of workspace PVCs")
     p.add_argument("--finalizer-timeout", type=int, help="seconds the finalizer may hold a deleted run")
+    p.add_argument(
+        "--queue-timeout",
+        type=int,
+        help="seconds a queued run may wait for Kueue's first admission before it fails NotScheduled "
+        "(default: $A2RL_QUEUE_TIMEOUT, else no limit)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=run)
 
@@ -82,6 +88,7 @@ def _config(args: argparse.Namespace) -> OperatorConfig:
         default_store_uri,
         parse_egress,
         pod_defaults_from_env,
+        queue_timeout_from_env,
         store_credentials_from_env,
     )
     from a2rl_operator.grading.config import GradingConfig
@@ -90,6 +97,11 @@ def _config(args: argparse.Namespace) -> OperatorConfig:
     host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
     if not apiserver and host and port and port.isdigit():
         apiserver = [parse_egress(f"{host}:{port}")]
+    queue_timeout = args.queue_timeout
+    if queue_timeout is None:
+        queue_timeout = queue_timeout_from_env(os.environ)
+    if queue_timeout is not None and queue_timeout <= 0:
+        raise A2rlError(f"--queue-timeout: a number of seconds above 0 (got {queue_timeout})")
     overrides = {
         k: v
         for k, v in {
@@ -101,6 +113,7 @@ def _config(args: argparse.Namespace) -> OperatorConfig:
             "workspace_size": args.workspace_size,
             "storage_class": args.storage_class,
             "finalizer_timeout_s": args.finalizer_timeout,
+            "queue_timeout_s": queue_timeout,
         }.items()
         if v is not None
     }

@@ -3,9 +3,12 @@ adds the kopf handlers to a registry (`registry.build_registry`).
 
 The workspace:
 - BenchRun create/resume: validate, get-or-create every child (idempotent), mark Accepted.
-- Job / Pod events (label-selected) and the Job controller's quota FailedCreate events:
-  recompute the run's conditions from what is observed and write them (status only, through
-  `status_writer.write_status`, which posts one Kubernetes Event per transition).
+- Job / Pod events (label-selected), Kueue's Workloads of the workspace Jobs (`queueing`) and
+  the Job controller's quota FailedCreate events: recompute the run's conditions from what is
+  observed and write them (status only, through `status_writer.write_status`, which posts one
+  Kubernetes Event per transition).
+- With a queueing limit (`--queue-timeout`): a run Kueue has not admitted in time ends `Failed`
+  (`NotScheduled`), its Workload deactivated.
 - BenchRun delete: the finalizer (bounded; see `finalizer.py`).
 
 The end of the run, with grading on (`OperatorConfig.grading`): an accepted run gets
@@ -63,7 +66,7 @@ from a2rl.records.report import ReportRecord
 from a2rl.store.layout import RunLayout
 from a2rl.store.scoped import report_user
 from a2rl.tracing.context import run_trace_annotation_patch
-from a2rl_operator import dns_pins, driver_usage, store_access
+from a2rl_operator import dns_pins, driver_usage, queueing, store_access
 from a2rl_operator import status as st
 from a2rl_operator.benchsubmission import resync_submissions
 from a2rl_operator.config import OperatorConfig
@@ -232,20 +235,41 @@ def refresh(
     if run is None or run["metadata"].get("deletionTimestamp"):
         return []  # a run being deleted gets no new conditions (nor Events in a dying namespace)
     uid = run["metadata"]["uid"]
+    # The run, then its pod, then the Job: what says the budget clock started is read before the
+    # Job, so a Job read suspended after it was evicted (`st.Observation.budget_started`).
+    pod = kube.newest_pod(namespace, uid, COMPONENT_AGENT)
     job = kube.get_job(namespace, workspace_name(run))
     if job is not None and not any(o.get("uid") == uid for o in job["metadata"].get("ownerReferences") or []):
         job = None
-    pod = kube.newest_pod(namespace, uid, COMPONENT_AGENT) if job is not None else None
+    if job is None:
+        pod = None
     summary = driver_usage.read_summary(run, config) if config is not None else None
-    obs = st.Observation(job=job, pod=pod, queue_name=(run.get("spec") or {}).get("queueName"),
-                         quota_message=quota_message,
-                         driver_refused=driver_usage.refused_reason(summary))  # fmt: skip
+    queue_name = (run.get("spec") or {}).get("queueName")
+    workload = None
+    if job is not None and queue_name:  # Kueue's Workload of the Job: why it waits, an eviction
+        workload = queueing.find_workload(kube.custom, namespace, job["metadata"]["uid"])
+    start = st.run_status(run).start_time
+    started_at = st.now_iso(start) if start is not None else None
+    clock = st.budget_started(st.run_conditions(run), pod, started_at)
+    if (
+        workload is not None
+        and job is not None
+        and (job.get("spec") or {}).get("suspend")
+        and queueing.is_active(workload)
+        and clock
+    ):  # evicted after its budget clock started: the run ends Preempted, Kueue must never restart it
+        queueing.deactivate(kube.custom, workload)
+    obs = st.Observation(job=job, pod=pod, queue_name=queue_name, quota_message=quota_message,
+                         driver_refused=driver_usage.refused_reason(summary), workload=workload,
+                         started_at=started_at, observed_at=st.now_iso(), budget_started=clock)  # fmt: skip
     return write_status(
         kube,
         namespace,
         name,
         lambda conds: st.observe(obs, conds),
-        edit=lambda _run, status: driver_usage.with_usage(status, summary),
+        edit=lambda _run, status: queueing.with_queue_stats(
+            driver_usage.with_usage(status, summary), workload
+        ),
         pod=pod,
         run=run,
     )
@@ -257,6 +281,42 @@ def on_benchrun(body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None:
 
 def _in_flight(body: kopf.Body, **_: Any) -> bool:
     return not st.is_terminal(st.run_conditions(body))
+
+
+def _waiting_for_admission(body: kopf.Body, **_: Any) -> bool:
+    return queueing.waiting_for_admission(st.run_conditions(body))
+
+
+def enforce_queue_limit(
+    kube: Kube, config: OperatorConfig, namespace: str, name: str, logger: Logger
+) -> None:
+    """End a run Kueue has not admitted within the queueing limit (`--queue-timeout`): its
+    Workload deactivated first (Kueue must never start it later), then `Failed` (`NotScheduled`)."""
+    run = kube.get_run(namespace, name)
+    if run is None or run["metadata"].get("deletionTimestamp"):
+        return
+    now = datetime.now(UTC)
+    if not queueing.not_scheduled(st.run_conditions(run), now, config.queue_timeout_s):
+        return
+    job = kube.get_job(namespace, workspace_name(run))
+    if job is None or not (job.get("spec") or {}).get("suspend"):
+        return  # admitted meanwhile: the next observation says so
+    workload = queueing.find_workload(kube.custom, namespace, job["metadata"]["uid"])
+    if workload is not None:
+        queueing.deactivate(kube.custom, workload)
+    logger.warning("BenchRun %s/%s: not admitted within %s s; Failed (NotScheduled)",
+                   namespace, name, config.queue_timeout_s)  # fmt: skip
+    write_status(
+        kube,
+        namespace,
+        name,
+        lambda conds: [st.Change(*c) for c in queueing.not_scheduled(conds, now, config.queue_timeout_s)],
+    )
+
+
+def queue_limit(body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None:
+    meta = body["metadata"]
+    enforce_queue_limit(memo.kube, memo.config, meta["namespace"], meta["name"], logger)
 
 
 def resync(body: kopf.Body, memo: Any, **_: Any) -> None:
@@ -329,6 +389,32 @@ def on_pod(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
     _refresh_on_change(body, memo, type, pod_fingerprint(body))
 
 
+def on_workload(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
+    """Kueue's Workload of a run's workspace Job changed (its reason for waiting, an eviction):
+    re-observe the run."""
+    uid = body["metadata"].get("uid") or ""
+    if type == "DELETED":
+        _SEEN.forget(uid)
+        return
+    job_name = queueing.job_of(body)
+    if job_name is None or not _SEEN.is_new(uid, queueing.workload_fingerprint(body)):
+        return
+    job = memo.kube.get_job(body["metadata"]["namespace"], job_name)
+    labels = ((job or {}).get("metadata") or {}).get("labels") or {}
+    owner = _owner_run(job) if job is not None else None
+    if (
+        owner is None
+        or labels.get(LABEL_MANAGED_BY) != MANAGED_BY
+        or labels.get(LABEL_COMPONENT) != COMPONENT_AGENT
+    ):
+        return
+    try:
+        refresh(memo.kube, *owner, config=memo.config)
+    except BaseException:
+        _SEEN.forget(uid)  # not observed after all: the next event must not be skipped
+        raise
+
+
 def _is_quota_event(body: kopf.Body, **_: Any) -> bool:
     involved = body.get("involvedObject") or {}
     return (
@@ -372,7 +458,9 @@ def grading_open(conds: list[st.Cond]) -> bool:
     """Graded by this operator and not finished yet."""
     graded = st.get_condition(conds, COND_GRADED)
     return (
-        graded is not None and graded.get("status") != st.TRUE and graded.get("reason") != gr.R_REPORT_FAILED
+        graded is not None
+        and graded.get("status") != st.TRUE
+        and graded.get("reason") not in (gr.R_REPORT_FAILED, queueing.R_NOT_SCHEDULED)
     )
 
 
@@ -598,10 +686,17 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     kopf.on.create(*run, registry=registry)(on_benchrun)
     kopf.on.resume(*run, registry=registry)(on_benchrun)
     kopf.timer(*run, interval=RESYNC_S, initial_delay=RESYNC_S, when=_in_flight, registry=registry)(resync)
+    if config.queue_timeout_s is not None:  # the queueing limit, checked a few times within it
+        every = min(30.0, max(1.0, config.queue_timeout_s / 4))
+        kopf.timer(*run, id="queue-limit", interval=every, when=_waiting_for_admission,
+                   registry=registry)(queue_limit)  # fmt: skip
     kopf.on.delete(*run, registry=registry)(on_benchrun_delete)
     kopf.on.event("batch", "v1", "jobs", labels=CHILD_LABELS, registry=registry)(on_job)
     kopf.on.event("", "v1", "pods", labels=CHILD_LABELS, registry=registry)(on_pod)
     kopf.on.event("", "v1", "events", when=_is_quota_event, registry=registry)(on_quota_event)
+    # Kueue's Workloads (where Kueue is installed; kopf serves the resource once its CRD exists).
+    workloads = (queueing.WORKLOAD_GROUP, queueing.WORKLOAD_VERSION, queueing.WORKLOAD_PLURAL)
+    kopf.on.event(*workloads, registry=registry)(on_workload)
     # The end of the run (no-ops while grading is off).
     kopf.on.create(*run, id="grading-mark", registry=registry)(on_run_created)
     kopf.on.resume(*run, id="grading-mark", registry=registry)(on_run_created)

@@ -15,6 +15,7 @@ from a2rl.api.chart_values import LocalObjectReference, PodDefaults
 from a2rl.constants import (
     ENV_IMAGE_PULL_SECRETS,
     ENV_POD_DEFAULTS,
+    ENV_QUEUE_TIMEOUT,
     ENV_S3_ACCESS_KEY,
     ENV_S3_ENDPOINT,
     ENV_S3_SECRET_KEY,
@@ -83,6 +84,9 @@ class OperatorConfig:
     #: Scheduling and pull settings merged into every pod the operator creates, per kind of pod
     #: (`manifests.pod_defaults`), the global pull Secrets already in each kind's.
     pod_defaults: PodDefaults = field(default_factory=PodDefaults)
+    #: The queueing limit (`--queue-timeout`, `A2RL_QUEUE_TIMEOUT`): seconds a queued run may wait
+    #: for Kueue's first admission before it ends `Failed` (`NotScheduled`); None: no limit.
+    queue_timeout_s: int | None = None
 
 
 def parse_egress(text: str) -> Egress:
@@ -132,3 +136,13 @@ def pod_defaults_from_env(env: Mapping[str, str]) -> PodDefaults:
         part = defaults.component(name)
         merged[name] = part.model_copy(update={"image_pull_secrets": [*pull, *part.image_pull_secrets]})
     return PodDefaults(**merged)
+
+
+def queue_timeout_from_env(env: Mapping[str, str]) -> int | None:
+    """`A2RL_QUEUE_TIMEOUT` (seconds, > 0); unset or empty: no limit."""
+    text = (env.get(ENV_QUEUE_TIMEOUT) or "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) <= 0:
+        raise A2rlError(f"{ENV_QUEUE_TIMEOUT}: a number of seconds above 0 (got {text!r})")
+    return int(text)

@@ -56,7 +56,7 @@ class Helm:
 @pytest.fixture(scope="module")
 def helm_binary() -> Path:
     try:
-        return build.ensure_tools()["helm"]
+        return build.ensure_tools(names=("helm",))["helm"]
     except build.BuildError as exc:
         pytest.fail(f"building helm failed:\n{exc}", pytrace=False)
 

@@ -10,6 +10,7 @@ operator or other volumes defines its own fixture of the same name (`test_operat
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -68,11 +69,22 @@ def operator(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
     """The operator with grading on (`A2RL_GRADER_IMAGE`), MinIO as its store."""
+    with grading_operator(admin, tmp_path_factory) as proc:
+        yield proc
+
+
+@contextmanager
+def grading_operator(
+    admin: client.ApiClient, tmp_path_factory: pytest.TempPathFactory, env: dict[str, str] | None = None
+) -> Iterator[OperatorProcess]:
+    """What the `operator` fixture starts, with `env` on top (a module's own `operator` fixture:
+    `test_kueue.py` sets the queueing limit)."""
     grading_env = {
         "A2RL_GRADER_IMAGE": GRADER_IMAGE,
         "A2RL_GRADING_RESYNC": "2",
         "A2RL_GRADING_DRAIN_TIMEOUT": str(DRAIN_TIMEOUT_S),
         "A2RL_EVAL_TIMEOUT": "600",
+        **(env or {}),
     }
     args = [
         "--store-uri",

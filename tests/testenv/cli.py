@@ -134,7 +134,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="hack/testenv", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     commands = {
-        "build": (_cmd_build, "build the pinned binaries and tools (helm) into the cache (no-op when warm)"),
+        "build": (_cmd_build, "build the pinned binaries and tools (helm, kueue…) into the cache"),
         "up": (_cmd_up, "start control plane + MinIO in the background; prints KUBECONFIG/AWS_* lines"),
         "down": (_cmd_down, "stop what `up` started"),
         "status": (_cmd_status, "show the processes `up` started"),

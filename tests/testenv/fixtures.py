@@ -23,12 +23,16 @@ from tests.testenv.controlplane import (
     MinioServer,
     wait_for,
 )
+from tests.testenv.kueue import KueueServer
 
 __all__ = [
     "ControlPlane",
+    "KueueServer",
     "MinioServer",
     "complete_pod",
     "control_plane",
+    "kueue",
+    "kueue_queue",
     "make_namespace",
     "minio",
     "namespace",
@@ -80,6 +84,36 @@ def minio(testenv_binaries: dict[str, Path], _testenv_root: Path) -> Iterator[Mi
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def kueue(control_plane: ControlPlane, _testenv_root: Path) -> Iterator[KueueServer]:
+    """Kueue (built on first use) against the session's control plane, with the default quota: the
+    ClusterQueue `a2rl` (2 GPUs) over the ResourceFlavor of the kwok GPU nodes. Opt-in: only tests
+    that ask for it start it; mark them `kueue` (they then run last, see below)."""
+    try:
+        binary = build.ensure_tools(log=_log, names=("kueue",))["kueue"]
+    except build.BuildError as exc:
+        pytest.fail(f"building kueue failed:\n{exc}", pytrace=False)
+    server = KueueServer(control_plane, _testenv_root / "kueue", binary, build.module_files_dir(build.KUEUE))
+    server.start(log=_log)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def kueue_queue(kueue: KueueServer, namespace: str) -> str:
+    """The LocalQueue `a2rl` (onto the ClusterQueue `a2rl`) in this test's `namespace`; its name."""
+    return kueue.local_queue(namespace)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `kueue` run last: once started, Kueue stays for the session, and its
+    controller and webhooks act on every Job with a queue label, so a test that plays Kueue's
+    part itself (unsuspending a queued Job) must run before it starts."""
+    items.sort(key=lambda item: item.get_closest_marker("kueue") is not None)
 
 
 @pytest.fixture

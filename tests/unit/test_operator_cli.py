@@ -59,3 +59,15 @@ def test_bad_pod_defaults_are_one_line(tmp_path: Path) -> None:
         "a2rl: error: A2RL_POD_DEFAULTS/A2RL_IMAGE_PULL_SECRETS: "
         "eval.nodeSelektor: Extra inputs are not permitted"
     )
+
+
+def test_a_bad_queueing_limit_is_one_line(tmp_path: Path) -> None:
+    import os
+
+    kubeconfig = str(_kubeconfig(tmp_path))
+    out = a2rl("operator", "--kubeconfig", kubeconfig, "--queue-timeout", "0")
+    assert out.returncode == 2
+    assert out.stderr.strip() == "a2rl: error: --queue-timeout: a number of seconds above 0 (got 0)"
+    out = a2rl("operator", "--kubeconfig", kubeconfig, env={**os.environ, "A2RL_QUEUE_TIMEOUT": "soon"})
+    assert out.returncode == 2
+    assert out.stderr.strip() == "a2rl: error: A2RL_QUEUE_TIMEOUT: a number of seconds above 0 (got 'soon')"

@@ -58,27 +58,32 @@ def run_history(
     checked: bool = False,
     n: int = 500,
     last_words: list[str] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> RunHistory:
     """A run as run.json records it: a 400 s arith run under the reference protocol."""
     evaluation: dict[str, Any] = {"protocol": "reference"} | ({"limit": limit} if limit else {})
-    run_json: dict[str, Any] = {
-        "name": "demo",
-        "namespace": "local",
-        "uid": "0123456789ab",
-        "task": "arith",
-        "base_model": {"name": "tiny", "source": "builtin:tiny", "digest": BASE_DIGEST},
-        "budget": {"wall_time_seconds": budget, "max_submissions": None},
-        "spec": {"task": "arith", "evaluation": evaluation, "budget": {"wallTimeSeconds": budget}},
-        "started_at": T0.isoformat(),
-        "deadline": at(budget).isoformat(),
-        "ended_at": at(ended).isoformat(),
-        "end_reason": end_reason,
-        "agent_exit_code": 0,
-        "evaluator_version": "arith-1+reference",
-        "protocol": "reference",
-        "mode": "local",
-        "sandbox": sandbox,
-    } | ({"agent_last_words": last_words} if last_words is not None else {})
+    run_json: dict[str, Any] = (
+        {
+            "name": "demo",
+            "namespace": "local",
+            "uid": "0123456789ab",
+            "task": "arith",
+            "base_model": {"name": "tiny", "source": "builtin:tiny", "digest": BASE_DIGEST},
+            "budget": {"wall_time_seconds": budget, "max_submissions": None},
+            "spec": {"task": "arith", "evaluation": evaluation, "budget": {"wallTimeSeconds": budget}},
+            "started_at": T0.isoformat(),
+            "deadline": at(budget).isoformat(),
+            "ended_at": at(ended).isoformat(),
+            "end_reason": end_reason,
+            "agent_exit_code": 0,
+            "evaluator_version": "arith-1+reference",
+            "protocol": "reference",
+            "mode": "local",
+            "sandbox": sandbox,
+        }
+        | ({"agent_last_words": last_words} if last_words is not None else {})
+        | (extra or {})
+    )
     base = None
     if baseline is not None:
         base = Submission(
@@ -144,6 +149,31 @@ def test_an_agent_that_gave_up_is_quoted_in_the_headline() -> None:
     assert "| Agent's last words | Epoch 1/3: loss nan ⏎ Training diverged; I \\| cannot submit" in md
     # Once it submitted, its last words are no longer the run's story.
     assert headline_of(run_history([sub(1, 60, 2.0)], last_words=words)).agent_last_words is None
+
+
+def test_a_queued_run_shows_its_queue_wait_and_evictions() -> None:
+    """A cluster run queued through Kueue and preempted: run.json's `queue_wait_seconds` and
+    `evictions` in the headline's Queue row (every format), its end reason `preempted`."""
+    queued = {"mode": "cluster", "queue_wait_seconds": 95, "evictions": 1}
+    history = run_history([sub(1, 60, 2.0)], end_reason="preempted", ended=120, extra=queued)
+    h = headline_of(history)
+    assert (h.queue_wait_s, h.evictions, h.end_reason) == (95, 1, "preempted")
+    assert h.reason is not None and h.reason.endswith("run ended: preempted")
+    report = build_report(history)
+    assert (report.run.queue_wait_seconds, report.run.evictions) == (95, 1)
+    line = "waited 95 s for Kueue's admission (not charged to the budget); evicted 1 time"
+    assert f"| Queue | {line} |" in render_markdown(report)
+    assert f"  Queue                {line}" in render_text(report)
+    page = render_html(report, "t.png")
+    assert "<td>Queue</td>" in page and "waited 95 s for Kueue" in page and "evicted 1 time" in page
+    # Queued, never evicted; a run that was not queued has no Queue row.
+    never = run_history([], extra={"queue_wait_seconds": 0, "evictions": 0})
+    assert (headline_of(never).queue_wait_s, headline_of(never).evictions) == (0, 0)
+    row = "| Queue | waited 0 s for Kueue's admission (not charged to the budget); never evicted |"
+    assert row in render_markdown(build_report(never))
+    plain = build_report(run_history([]))
+    assert plain.headline is not None and plain.headline.queue_wait_s is None
+    assert "| Queue |" not in render_markdown(plain) and "Queue" not in render_text(plain)
 
 
 def test_all_invalid_names_the_most_frequent_error() -> None:

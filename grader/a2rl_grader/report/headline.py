@@ -90,6 +90,10 @@ def compute_headline(history: RunHistory, metrics: ReportMetrics) -> ReportHeadl
     results = [s for s in (history.baseline, *history.submissions) if s is not None and s.result is not None]
     tampered = sum(1 for s in results if s.error == TAMPERED_ERROR)
     sandbox = history.run.record.sandbox
+    record = history.run.record
+    queue = {"queue_wait_s": record.queue_wait_seconds} if record.queue_wait_seconds is not None else {}
+    if record.evictions is not None:
+        queue["evictions"] = record.evictions
     return ReportHeadline(
         verdict=kind,
         reason=reason,
@@ -115,4 +119,5 @@ def compute_headline(history: RunHistory, metrics: ReportMetrics) -> ReportHeadl
         results_sealed=history.results_sealed,
         results_verified=len(results) - tampered if history.results_checked else None,
         results_tampered=tampered,
+        **queue,
     )

@@ -253,6 +253,9 @@ def run_section(history: RunHistory) -> ReportRun:
     layout = history.run.layout
     wall, cap = _budget(history)
     limits = {"agent_limits": record.agent_limits} if record.agent_limits is not None else {}
+    queue = {
+        k: getattr(record, k) for k in ("queue_wait_seconds", "evictions") if getattr(record, k) is not None
+    }
     return ReportRun(
         prefix=layout.prefix,
         namespace=layout.namespace,
@@ -273,6 +276,7 @@ def run_section(history: RunHistory) -> ReportRun:
         end_reason=history.run.end_reason,
         agent_exit_code=record.agent_exit_code,
         **limits,
+        **queue,
     )
 
 

@@ -187,6 +187,22 @@ def integrity_text(headline: ReportHeadline) -> str:
     return f"{mark} {isolation}; {seals}"
 
 
+def queue_text(headline: ReportHeadline) -> str | None:
+    """E.g. "waited 95 s for Kueue's admission (not charged to the budget); evicted 1 time";
+    None for a run that was not queued."""
+    if headline.queue_wait_s is None and headline.evictions is None:
+        return None
+    parts = []
+    if headline.queue_wait_s is not None:
+        parts.append(
+            f"waited {num(headline.queue_wait_s)} s for Kueue's admission (not charged to the budget)"
+        )
+    if headline.evictions is not None:
+        times = "time" if headline.evictions == 1 else "times"
+        parts.append(f"evicted {headline.evictions} {times}" if headline.evictions else "never evicted")
+    return "; ".join(parts)
+
+
 def headline_rows(headline: ReportHeadline) -> list[list[str]]:
     """The headline card's rows (after its verdict line)."""
     metric = headline.metric or "score"
@@ -198,6 +214,8 @@ def headline_rows(headline: ReportHeadline) -> list[list[str]]:
     protocol = [["Evaluation protocol", headline.protocol]] if headline.protocol else []
     words = headline.agent_last_words
     last_words = [["Agent's last words", " ⏎ ".join(words)]] if words else []
+    queued = queue_text(headline)
+    queue = [["Queue", queued]] if queued else []
     return [
         ["Score", f"baseline {fmt(headline.baseline_score)} → best {best}, Δ {fmt_delta(headline.delta)}"],
         ["Metric", metric],
@@ -205,6 +223,7 @@ def headline_rows(headline: ReportHeadline) -> list[list[str]]:
         ["Valid submissions", f"{fmt(headline.valid_submissions)} of {fmt(headline.total_submissions)}"],
         ["Budget used", budget_text(headline)],
         ["End reason", fmt(headline.end_reason)],
+        *queue,
         *last_words,
         *protocol,
         ["Integrity", integrity_text(headline)],

@@ -10,6 +10,8 @@ from a2rl.constants import (
     BENCHRUN_KIND,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
+    LABEL_KUEUE_PRIORITY,
+    LABEL_KUEUE_QUEUE,
     LABEL_MANAGED_BY,
     LABEL_NAME,
     LABEL_PART_OF,
@@ -62,6 +64,18 @@ def run_labels(body: Body, component: str | None = None) -> dict[str, str]:
     if component is not None:
         ours[LABEL_COMPONENT] = component
     return {**user, **ours}
+
+
+def kueue_labels(queue_name: str | None, priority_class_name: str | None) -> dict[str, str]:
+    """The labels Kueue reads on a Job: its LocalQueue (a Job with one is created suspended, for
+    Kueue to admit by unsuspending it) and its WorkloadPriorityClass. Empty without a queue: the
+    priority of a Job Kueue does not manage means nothing."""
+    if not queue_name:
+        return {}
+    labels = {LABEL_KUEUE_QUEUE: queue_name}
+    if priority_class_name:
+        labels[LABEL_KUEUE_PRIORITY] = priority_class_name
+    return labels
 
 
 def selector_labels(body: Body) -> dict[str, str]:

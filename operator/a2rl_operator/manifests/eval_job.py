@@ -41,6 +41,7 @@ from a2rl_operator.manifests.common import (
     Manifest,
     child_name,
     guaranteed,
+    kueue_labels,
     pod_security_context,
     restricted_security_context,
     run_labels,
@@ -91,6 +92,11 @@ def submission_owner(submission: Body) -> Manifest:
         "controller": True,
         "blockOwnerDeletion": True,
     }
+
+
+def eval_queue_name(spec: BenchRunSpec) -> str | None:
+    """The Kueue LocalQueue of the run's eval Jobs: `spec.evaluation.queueName`, else the run's."""
+    return spec.evaluation.queue_name or spec.queue_name
 
 
 def eval_labels(run: Body, index: int) -> dict[str, str]:
@@ -235,6 +241,7 @@ def eval_job(
     if not grading.heldout_pvc:
         pod_spec["initContainers"] = [fetch_container(run, spec, target, grading)]
     template_meta: Manifest = {"labels": dict(labels)}
+    queue = eval_queue_name(spec)
     if spec.evaluation.gpus > 0:
         template_meta["annotations"] = {ANNOTATION_DO_NOT_DISRUPT: "true"}
     job: Manifest = {
@@ -243,10 +250,13 @@ def eval_job(
         "metadata": {
             "name": name,
             "namespace": run["metadata"]["namespace"],
-            "labels": labels,
+            "labels": {**labels, **kueue_labels(queue, spec.priority_class_name)},
             "ownerReferences": [submission_owner(submission)],
         },
         "spec": {
+            # Queued: created suspended; Kueue admits it by unsuspending it (its deadline runs
+            # from then).
+            "suspend": bool(queue),
             "backoffLimit": 0,  # a failed evaluation is a result (the submission fails), not a retry
             "activeDeadlineSeconds": grading.eval_timeout_s,
             # No TTL: the pod's log is archived to the store when the Job finishes; the Job goes

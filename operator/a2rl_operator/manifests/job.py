@@ -32,7 +32,6 @@ from a2rl.constants import (
     ENV_RECORDER_DISPATCH,
     ENV_RECORDER_DRAIN_TIMEOUT,
     ENV_SPOOL_DIR,
-    LABEL_KUEUE_QUEUE,
     WORKSPACE_MOUNT,
 )
 from a2rl.contracts.env import agent_contract_env, agent_cwd, recorder_contract_env
@@ -45,6 +44,7 @@ from a2rl_operator.manifests.common import (
     Body,
     Manifest,
     guaranteed,
+    kueue_labels,
     object_meta,
     pod_security_context,
     restricted_security_context,
@@ -306,8 +306,7 @@ def workspace_job(
     """`pins`: the names the pod's containers resolve (`manifests.dns`): it has no DNS server."""
     meta = object_meta(body, workspace_job_name(body), COMPONENT_AGENT)
     pod_labels = run_labels(body, COMPONENT_AGENT)
-    if spec.queue_name:
-        meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue_name
+    meta["labels"].update(kueue_labels(spec.queue_name, spec.priority_class_name))
     pod_annotations = {ANNOTATION_DO_NOT_DISRUPT: "true"} if spec.resources.gpus > 0 else {}
     pod_spec: Manifest = {
         "restartPolicy": "Never",

@@ -24,6 +24,7 @@ from a2rl_operator.manifests.common import (
     Manifest,
     child_name,
     guaranteed,
+    kueue_labels,
     object_meta,
     pod_security_context,
     run_labels,
@@ -92,11 +93,15 @@ def report_job(
         "volumes": [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": grading.report_ephemeral_storage}}],
         **pod_dns(pins),
     }
+    meta = object_meta(run, report_job_name(run["metadata"]["name"]), COMPONENT_REPORT)
+    meta["labels"].update(kueue_labels(spec.queue_name, spec.priority_class_name))
     job: Manifest = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": object_meta(run, report_job_name(run["metadata"]["name"]), COMPONENT_REPORT),
+        "metadata": meta,
         "spec": {
+            # Queued with the run (`spec.queueName`): created suspended for Kueue to admit.
+            "suspend": bool(spec.queue_name),
             "backoffLimit": REPORT_BACKOFF_LIMIT,
             "activeDeadlineSeconds": grading.report_timeout_s,
             "template": {"metadata": {"labels": run_labels(run, COMPONENT_REPORT)}, "spec": pod_spec},
