@@ -12,6 +12,9 @@ BENCHRUN_SHORT_NAMES: Final = ("br",)
 BENCHSUBMISSION_KIND: Final = "BenchSubmission"
 BENCHSUBMISSION_PLURAL: Final = "benchsubmissions"
 BENCHSUBMISSION_SHORT_NAMES: Final = ("bsub",)
+BENCHCAMPAIGN_KIND: Final = "BenchCampaign"
+BENCHCAMPAIGN_PLURAL: Final = "benchcampaigns"
+BENCHCAMPAIGN_SHORT_NAMES: Final = ("bcamp",)
 
 # --- labels and annotations (Kubernetes recommended labels; docs/operator.md) ------------------
 LABEL_NAME: Final = "app.kubernetes.io/name"
@@ -24,6 +27,10 @@ MANAGED_BY: Final = "a2rl-operator"
 LABEL_RUN_NAME: Final = f"{API_GROUP}/run-name"
 LABEL_RUN_UID: Final = f"{API_GROUP}/run-uid"
 LABEL_SUBMISSION_INDEX: Final = f"{API_GROUP}/submission-index"
+#: On a BenchRun a BenchCampaign created (and in its run.json): the campaign's name.
+LABEL_CAMPAIGN: Final = f"{API_GROUP}/campaign"
+#: On a campaign's BenchRun: the cell's key (`a2rl.campaign.matrix.Cell.key`).
+LABEL_CAMPAIGN_CELL: Final = f"{API_GROUP}/campaign-cell"
 RESERVED_LABEL_PREFIX: Final = f"{API_GROUP}/"
 LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
 LABEL_KUEUE_PRIORITY: Final = "kueue.x-k8s.io/priority-class"
@@ -53,6 +60,14 @@ COND_SUCCEEDED: Final = "Succeeded"
 COND_FAILED: Final = "Failed"
 # BenchSubmission: True once scored; False (with the reason) while evaluating, failed or rejected.
 COND_EVALUATED: Final = "Evaluated"
+# GitOps-readable conditions, the same on BenchRun, BenchSubmission and BenchCampaign (docs/api.md,
+# "Status for GitOps tools"): kstatus reads Reconciling/Stalled (with status.observedGeneration),
+# Ready is True on success only, and Finished is True on either outcome so that one
+# `kubectl wait --for=condition=Finished` ends whatever happens.
+COND_READY: Final = "Ready"
+COND_RECONCILING: Final = "Reconciling"
+COND_STALLED: Final = "Stalled"
+COND_FINISHED: Final = "Finished"
 
 REASON_COMPLETED: Final = "Completed"
 REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
@@ -170,6 +185,8 @@ WORKSPACE_MOUNT: Final = "/workspace"
 # JSON; `a2rl.api.chart_values.PodDefaults`, read by `a2rl_operator.config.pod_defaults_from_env`).
 ENV_POD_DEFAULTS: Final = "A2RL_POD_DEFAULTS"
 ENV_IMAGE_PULL_SECRETS: Final = "A2RL_IMAGE_PULL_SECRETS"
+#: The operator's queueing limit: seconds a queued run may wait for Kueue's first admission.
+ENV_QUEUE_TIMEOUT: Final = "A2RL_QUEUE_TIMEOUT"
 
 # --- grading in a cluster: eval Jobs, end of run, report Job (a2rl_operator.grading.config) ----
 ENV_GRADER_IMAGE: Final = "A2RL_GRADER_IMAGE"  # image of eval/report Jobs; unset: the operator grades nothing

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import glob
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -83,22 +84,24 @@ def read_run_info(store: ObjectStore, layout: RunLayout) -> RunInfo:
     return RunInfo.from_record(layout.prefix, record)
 
 
-def _run_json_keys(store: ObjectStore) -> list[str]:
+def _run_json_keys(store: ObjectStore, namespace: str | None = None) -> list[str]:
     root = getattr(store, "root", None)
     if isinstance(root, Path):
         # A directory store: glob two levels instead of walking every blob of every run.
-        return sorted(p.relative_to(root).as_posix() for p in root.glob("*/*/run.json") if p.is_file())
-    return [key for key in store.list("") if _RUN_JSON_KEY.match(key)]
+        pattern = f"{glob.escape(namespace)}/*/run.json" if namespace else "*/*/run.json"
+        return sorted(p.relative_to(root).as_posix() for p in root.glob(pattern) if p.is_file())
+    return [key for key in store.list(namespace or "") if _RUN_JSON_KEY.match(key)]
 
 
-def list_runs(store: ObjectStore) -> list[RunInfo]:
-    """Every run in the store, oldest first (runs not started yet first, then by prefix).
+def list_runs(store: ObjectStore, namespace: str | None = None) -> list[RunInfo]:
+    """Every run in the store (or in one namespace of it: only that folder is listed), oldest
+    first (runs not started yet first, then by prefix).
 
     A `run.json` that cannot be read or parsed is skipped (it may be mid-write on a store without
     atomic writes, or not a run at all).
     """
     runs = []
-    for key in _run_json_keys(store):
+    for key in _run_json_keys(store, namespace):
         prefix = key.rsplit("/", 1)[0]
         try:
             layout = RunLayout.from_prefix(prefix)

@@ -19,7 +19,6 @@ from a2rl.api.common import (
     SecretKeyRef,
     SubdomainName,
     cel,
-    immutable,
     map_list,
     rule_error,
 )
@@ -517,6 +516,13 @@ class EvaluationSpec(ApiModel):
             "`A2RL_JUDGE_*` environment of `a2rl run`). Set only in evaluation, never for the agent."
         ),
     )
+    queue_name: Name | None = Field(
+        default=None,
+        description=(
+            "Kueue LocalQueue of the eval Jobs when they should queue apart from the run's "
+            "(`spec.queueName`, their default), e.g. a queue of evaluation GPUs."
+        ),
+    )
     protocol: EvalProtocol = Field(
         default=DEFAULT_PROTOCOL,
         description=(
@@ -560,8 +566,12 @@ class StoreSpec(ApiModel):
     )
 
 
-_DRIVER_IMMUTABLE = (
-    "has(self.driver) == has(oldSelf.driver) && (!has(self.driver) || self.driver == oldSelf.driver)"
+#: The one transition rule of a BenchRun's spec: nothing in it may change once created. The
+#: operator reads the spec when it creates the run's children and never reconciles an edit, so an
+#: edit the API server accepted would be silently ignored (or, for `store`, split the run's records).
+SPEC_IMMUTABLE_MESSAGE = (
+    "a BenchRun's spec cannot change once created (delete and re-create it); "
+    "metadata labels and annotations may change"
 )
 
 
@@ -575,13 +585,12 @@ _PROVIDER_MESSAGE = "the stack cannot use this driver provider: " + "; ".join(
 
 
 class BenchRunSpec(ApiModel):
-    """The experiment. What defines it (task, model, agent, driver, budget, evaluation, seed) is
-    immutable after creation; operational settings (resources, store, queue) may change."""
+    """The experiment. A BenchRun's spec is immutable once created (`SPEC_IMMUTABLE_MESSAGE`): to
+    change anything, delete the BenchRun and create it again (its records in the store stay)."""
 
     model_config = ConfigDict(
         json_schema_extra={
             X_VALIDATIONS: [
-                cel(_DRIVER_IMMUTABLE, "driver is immutable; create a new object instead", ".driver"),
                 cel(
                     "!has(self.agent.stack) || has(self.driver)",
                     "an agent stack needs spec.driver (the LLM that drives it)",
@@ -601,21 +610,17 @@ class BenchRunSpec(ApiModel):
         min_length=1,
         max_length=63,
         description="Task id, e.g. `gsm8k`, `alfworld`, `arith` (`a2rl tasks list`).",
-        json_schema_extra=immutable("task"),
     )
-    base_model: BaseModelSpec = Field(
-        description="The model the agent post-trains.", json_schema_extra=immutable("baseModel")
-    )
-    agent: AgentSpec = Field(description="The agent program.", json_schema_extra=immutable("agent"))
+    base_model: BaseModelSpec = Field(description="The model the agent post-trains.")
+    agent: AgentSpec = Field(description="The agent program.")
     driver: DriverSpec | None = Field(
         default=None, description="The LLM driving the agent, when it is an LLM agent."
     )
-    budget: BudgetSpec = Field(description="What the agent may spend.", json_schema_extra=immutable("budget"))
+    budget: BudgetSpec = Field(description="What the agent may spend.")
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Compute of the agent.")
     evaluation: EvaluationSpec = Field(
         default_factory=EvaluationSpec,
         description="How submissions are evaluated.",
-        json_schema_extra=immutable("evaluation"),
     )
     store: StoreSpec = Field(default_factory=StoreSpec, description="Where the run's records go.")
     seed: int = Field(
@@ -623,12 +628,21 @@ class BenchRunSpec(ApiModel):
         ge=0,
         le=2**31 - 1,
         description="Seed given to data staging and the agent (`SEED`).",
-        json_schema_extra=immutable("seed"),
     )
     queue_name: str | None = Field(
         default=None,
         max_length=253,
-        description="Kueue LocalQueue; the workspace Job is created suspended for admission.",
+        description=(
+            "Kueue LocalQueue of the run: its workspace, eval (unless `evaluation.queueName`) and "
+            "report Jobs are created suspended, with this queue's label, for Kueue to admit."
+        ),
+    )
+    priority_class_name: Name | None = Field(
+        default=None,
+        description=(
+            "Kueue WorkloadPriorityClass of every Job of the run (the `kueue.x-k8s.io/priority-class` "
+            "label): a higher-priority run may preempt a lower one in the same ClusterQueue."
+        ),
     )
     runtime_class_name: str | None = Field(
         default=None, max_length=253, description="RuntimeClass of the agent pod (e.g. `gvisor`)."
@@ -685,7 +699,8 @@ class BenchRunStatus(ApiModel):
         default_factory=list,
         description=(
             "Lifecycle conditions (`Accepted`, `Queued`, `Admitted`, `WorkspaceReady`, `AgentRunning`, "
-            "`AgentFinished`, `Graded`, `Succeeded`, `Failed`), one per type, in the order first set."
+            "`AgentFinished`, `Graded`, `Succeeded`, `Failed`) and the GitOps-readable `Reconciling`, "
+            "`Stalled`, `Ready`, `Finished` (docs/gitops.md), one per type, in the order first set."
         ),
         json_schema_extra=map_list("type"),
     )
@@ -712,6 +727,23 @@ class BenchRunStatus(ApiModel):
     )
     driver_cost_usd: float | None = Field(
         default=None, alias="driverCostUSD", ge=0, description="What the driver cost so far, in US dollars."
+    )
+    queue_wait_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "A queued run's (`spec.queueName`): seconds its workspace Job waited for Kueue's admission, "
+            "every wait together (the first and any after an eviction), as of its latest admission."
+        ),
+    )
+    evictions: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Times Kueue evicted the run's admitted workspace Job (preempted by a higher-priority "
+            "workload …): once its budget clock had started the run ends there (`Preempted`); "
+            "evicted during its set-up, it waits to be admitted again."
+        ),
     )
     report: ReportRef | None = Field(default=None, description="The run report, once written.")
 
@@ -753,7 +785,12 @@ class BenchRun(ApiModel):
     api_version: Literal["a2rl.dev/v1alpha1"] = Field(default="a2rl.dev/v1alpha1", description="API version.")
     kind: Literal["BenchRun"] = Field(default=BENCHRUN_KIND, description="Kind.")
     metadata: ObjectMeta = Field(description="Standard object metadata.")
-    spec: BenchRunSpec = Field(description="The experiment.")
+    # The rule sits on the BenchRun's `spec` (not on the model): a BenchCampaign's template, a
+    # BenchRunSpec too, says what may change of it in its own words.
+    spec: BenchRunSpec = Field(
+        description="The experiment.",
+        json_schema_extra={X_VALIDATIONS: [cel("self == oldSelf", SPEC_IMMUTABLE_MESSAGE)]},
+    )
     status: BenchRunStatus | None = Field(default=None, description="Observed state.")
 
     @field_validator("metadata")

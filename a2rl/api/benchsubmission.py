@@ -30,7 +30,13 @@ class BenchSubmissionSpec(ApiModel):
 
     model_config = ConfigDict(
         json_schema_extra={
-            X_VALIDATIONS: [cel("self == oldSelf", "spec is immutable: a submission is a fixed snapshot")]
+            X_VALIDATIONS: [
+                cel(
+                    "self == oldSelf",
+                    "a BenchSubmission's spec cannot change once created (it is a fixed snapshot); "
+                    "metadata labels and annotations may change",
+                )
+            ]
         }
     )
 
@@ -60,6 +66,9 @@ class BenchSubmissionSpec(ApiModel):
 class BenchSubmissionStatus(ApiModel):
     """The evaluation of the submission, written only by the operator."""
 
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The `metadata.generation` the status was computed from."
+    )
     state: SubmissionState = Field(default=SubmissionState.PENDING, description="Evaluation state.")
     reason: str | None = Field(
         default=None,
@@ -80,7 +89,12 @@ class BenchSubmissionStatus(ApiModel):
         default=None, ge=0, description="Wall time of the evaluation (from `result.json`)."
     )
     conditions: list[Condition] = Field(
-        default_factory=list, description="Conditions, one per type.", json_schema_extra=map_list("type")
+        default_factory=list,
+        description=(
+            "Conditions, one per type: `Evaluated`, and the GitOps-readable `Reconciling`, `Stalled`, "
+            "`Ready`, `Finished`, `Succeeded`, `Failed` (docs/gitops.md)."
+        ),
+        json_schema_extra=map_list("type"),
     )
 
 

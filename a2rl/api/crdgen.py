@@ -23,12 +23,16 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
+from a2rl.api.benchcampaign import BenchCampaign
 from a2rl.api.benchrun import BenchRun
 from a2rl.api.benchsubmission import BenchSubmission
 from a2rl.api.structural import structural_problems
 from a2rl.constants import (
     API_GROUP,
     API_VERSION,
+    BENCHCAMPAIGN_KIND,
+    BENCHCAMPAIGN_PLURAL,
+    BENCHCAMPAIGN_SHORT_NAMES,
     BENCHRUN_KIND,
     BENCHRUN_PLURAL,
     BENCHRUN_SHORT_NAMES,
@@ -150,7 +154,25 @@ BENCHSUBMISSION = Kind(
     selectable_fields=(".spec.runName",),
 )
 
-KINDS: tuple[Kind, ...] = (BENCHRUN, BENCHSUBMISSION)
+BENCHCAMPAIGN = Kind(
+    model=BenchCampaign,
+    kind=BENCHCAMPAIGN_KIND,
+    plural=BENCHCAMPAIGN_PLURAL,
+    short_names=BENCHCAMPAIGN_SHORT_NAMES,
+    columns=(
+        PrinterColumn("Phase", "string", ".status.phase", "Summary of the conditions."),
+        PrinterColumn("Done", "string", ".status.progress", "Runs finished / runs in all."),
+        PrinterColumn("Best", "string", ".status.bestCell", "The cell with the highest mean improvement."),
+        PrinterColumn("Cost", "number", ".status.driverCostUSD", "Driver cost of all runs so far (USD)."),
+        AGE,
+        PrinterColumn("Task", "string", ".spec.template.task", "The template's task.", priority=1),
+        PrinterColumn("Max", "integer", ".spec.maxConcurrentRuns", "Runs in flight at once.", priority=1),
+        PrinterColumn("Report", "string", ".status.reportUri", "The campaign report.", priority=1),
+    ),
+    selectable_fields=(".spec.template.task",),
+)
+
+KINDS: tuple[Kind, ...] = (BENCHRUN, BENCHSUBMISSION, BENCHCAMPAIGN)
 
 
 class _CrdSchemaGenerator(GenerateJsonSchema):
@@ -272,6 +294,19 @@ def crd(kind: Kind) -> dict[str, Any]:
 class _Dumper(yaml.SafeDumper):
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+#: Strings PyYAML writes bare that YAML 1.1 readers (go-yaml v2: Helm, kubectl) read as booleans,
+#: e.g. the field `n` of a BenchCampaign's cell figures.
+_YAML11_BOOLS = frozenset({"y", "Y", "n", "N"})
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    style = "'" if data in _YAML11_BOOLS else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
 
 
 def to_yaml(document: dict[str, Any]) -> str:

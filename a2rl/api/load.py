@@ -27,15 +27,18 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from a2rl.api.benchcampaign import BenchCampaign
 from a2rl.api.benchrun import BenchRun
 from a2rl.api.benchsubmission import SHA256, BenchSubmission
 from a2rl.api.common import DNS_LABEL, DNS_SUBDOMAIN, QUANTITY_PATTERN
 from a2rl.api.crdgen import openapi_schema
-from a2rl.constants import API_GROUP_VERSION, BENCHRUN_KIND, BENCHSUBMISSION_KIND
+from a2rl.constants import API_GROUP_VERSION, BENCHCAMPAIGN_KIND, BENCHRUN_KIND, BENCHSUBMISSION_KIND
 from a2rl.errors import A2rlError, InvalidDocumentError
 
 Resource = BenchRun | BenchSubmission
 MODELS: dict[str, type[BaseModel]] = {BENCHRUN_KIND: BenchRun, BENCHSUBMISSION_KIND: BenchSubmission}
+#: Every kind a file may hold: `load_benchcampaign` reads BenchCampaigns (`a2rl campaign run`).
+_SCHEMA_MODELS: dict[str, type[BaseModel]] = {**MODELS, BENCHCAMPAIGN_KIND: BenchCampaign}
 
 #: Largest BenchRun/BenchSubmission file read (a real one is a few KiB).
 MAX_DOCUMENT_BYTES = 1 << 20
@@ -231,7 +234,7 @@ def _got(value: Any) -> str:
 @cache
 def _schema(kind: str) -> dict[str, Any]:
 
-    return openapi_schema(MODELS[kind])
+    return openapi_schema(_SCHEMA_MODELS[kind])
 
 
 def _known_fields(kind: str, loc: tuple[int | str, ...]) -> list[str]:
@@ -399,3 +402,65 @@ def parse_benchrun(data: Any, source: str, known_tasks: Collection[str] | None =
 def load_benchrun(path: Path, known_tasks: Collection[str] | None = None) -> BenchRun:
     """Read, parse and validate the BenchRun in the YAML file at `path`."""
     return parse_benchrun(read_document(path), str(path), known_tasks)
+
+
+def parse_benchcampaign(data: Any, source: str, known_tasks: Collection[str] | None = None) -> BenchCampaign:
+    """The validated BenchCampaign in `data`; InvalidDocumentError listing every problem (the
+    template's task and the `matrix.tasks` must be among `known_tasks` when given)."""
+    if not isinstance(data, dict):
+        got = "null" if data is None else type(data).__name__
+        raise InvalidDocumentError(
+            source, [f"<document>: must be a mapping with apiVersion, kind, metadata and spec (got {got})"]
+        )
+    problems: list[str] = []
+    kind, api_version = data.get("kind"), data.get("apiVersion")
+    if kind != BENCHCAMPAIGN_KIND:
+        problems.append(
+            f"kind: required field is missing (expected {BENCHCAMPAIGN_KIND})"
+            if kind is None
+            else f"kind: must be {BENCHCAMPAIGN_KIND} (got {_got(kind)})"
+        )
+    if api_version != API_GROUP_VERSION:
+        problems.append(
+            f"apiVersion: required field is missing (expected {API_GROUP_VERSION})"
+            if api_version is None
+            else f"apiVersion: must be {API_GROUP_VERSION} (got {_got(api_version)})"
+        )
+    if problems:
+        raise InvalidDocumentError(source, problems)
+    try:
+        wire = json.dumps(data, default=_json_default)
+    except (TypeError, ValueError) as exc:
+        raise InvalidDocumentError(source, [f"<document>: {exc}"]) from None
+    obj: BenchCampaign | None = None
+    try:
+        obj = BenchCampaign.model_validate_json(wire, strict=True, by_alias=True, by_name=False)
+    except ValidationError as exc:
+        problems += [f"{_path(e)}: {_message(BENCHCAMPAIGN_KIND, e)}" for e in exc.errors(include_url=False)]
+    problems += _campaign_task_problems(data, known_tasks)
+    if problems or obj is None:
+        raise InvalidDocumentError(source, problems)
+    return obj
+
+
+def _campaign_task_problems(data: dict[str, Any], known_tasks: Collection[str] | None) -> list[str]:
+    spec = data.get("spec")
+    if known_tasks is None or not isinstance(spec, dict):
+        return []
+    found: list[tuple[str, Any]] = []
+    template, matrix = spec.get("template"), spec.get("matrix")
+    if isinstance(template, dict):
+        found.append(("spec.template.task", template.get("task")))
+    if isinstance(matrix, dict) and isinstance(matrix.get("tasks"), list):
+        found += [(f"spec.matrix.tasks[{i}]", task) for i, task in enumerate(matrix["tasks"])]
+    known = ", ".join(sorted(known_tasks))
+    return [
+        f"{where}: unknown task {task!r} (known: {known})"
+        for where, task in found
+        if isinstance(task, str) and task and task not in known_tasks
+    ]
+
+
+def load_benchcampaign(path: Path, known_tasks: Collection[str] | None = None) -> BenchCampaign:
+    """Read, parse and validate the BenchCampaign in the YAML file at `path`."""
+    return parse_benchcampaign(read_document(path), str(path), known_tasks)

@@ -26,6 +26,7 @@ EndReason = Literal[
     "disk_limit_exceeded",
     "interrupted",
     "no_submission",
+    "preempted",
 ]
 END_REASONS: tuple[str, ...] = get_args(EndReason)
 #: The agent exited 0 (after at least one submission).
@@ -45,6 +46,10 @@ INTERRUPTED: EndReason = "interrupted"
 #: The agent completed or ran out of time without a single submission (`agent_last_words` says
 #: what it printed last).
 NO_SUBMISSION: EndReason = "no_submission"
+#: Cluster runs only: Kueue evicted the workspace Job after the agent's budget clock had started
+#: (a higher-priority run preempted it); the run ends there, its agent's time up to the eviction
+#: accounted (docs/operator.md, "Quotas and Kueue").
+PREEMPTED: EndReason = "preempted"
 
 
 class BaseModelRef(Record):
@@ -79,6 +84,8 @@ class RunRecord(Record):
     name: str | None = None
     namespace: str | None = None
     uid: str | None = None
+    #: The BenchRun's labels (e.g. `a2rl.dev/campaign` on a campaign's runs); None when it had none.
+    labels: dict[str, str] | None = None
     task: str | None = None
     base_model: BaseModelRef | None = None
     agent: AgentRef | None = None
@@ -87,6 +94,11 @@ class RunRecord(Record):
     #: What the driver gateway metered (the BenchRun status' `driverTokens`, `driverCostUSD`).
     driver_tokens: int | None = None
     driver_cost_usd: float | None = None
+    #: Cluster runs queued through Kueue: seconds the workspace Job waited for admission (every
+    #: wait together; not charged to the budget) and how many times Kueue evicted it (the BenchRun
+    #: status' `queueWaitSeconds`, `evictions`); None for a run that was not queued.
+    queue_wait_seconds: int | None = None
+    evictions: int | None = None
     budget: BudgetRef | None = None
     #: The BenchRun's whole spec in wire form (camelCase), as submitted.
     spec: dict[str, Any] | None = None
@@ -126,10 +138,12 @@ def run_record(
     driver_cost_usd: float | None = None,
     agent_limits: str | None = None,
     agent_last_words: list[str] | None = None,
+    queue_wait_seconds: int | None = None,
+    evictions: int | None = None,
 ) -> RunRecord:
     """The run.json document of the shared contract (times are epoch seconds in, ISO 8601 out).
-    `driver_tokens`/`driver_cost_usd` (what the driver gateway metered) and `agent_limits` are
-    written when given."""
+    `driver_tokens`/`driver_cost_usd` (what the driver gateway metered), `agent_limits` and
+    `queue_wait_seconds`/`evictions` (Kueue's) are written when given."""
     spec = run.spec
     metered: dict[str, Any] = {}
     if driver_tokens is not None:
@@ -140,6 +154,12 @@ def run_record(
         metered["agent_limits"] = agent_limits
     if agent_last_words is not None:
         metered["agent_last_words"] = agent_last_words
+    if run.metadata.labels:
+        metered["labels"] = dict(run.metadata.labels)
+    if queue_wait_seconds is not None:
+        metered["queue_wait_seconds"] = queue_wait_seconds
+    if evictions is not None:
+        metered["evictions"] = evictions
     return RunRecord(
         name=layout.name,
         namespace=layout.namespace,

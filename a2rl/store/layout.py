@@ -21,6 +21,10 @@
     baselines/<task>/<model-digest>/<evaluator-version>-data-<held-out digest>-signer-<key>.json  (local)
     models/<name>/manifest.json, models/blobs/<sha256>   base models pushed for `store:<name>`
                                                          sources (a2rl.models.library)
+    campaigns/<namespace>/<campaign>/campaign.json       a BenchCampaign as run (its spec and metadata)
+    campaigns/<namespace>/<campaign>/report/{report.json,report.md,report.html,improvement.png}
+    index.html                                           every run and campaign, linked to their
+                                                         reports (a2rl_grader.campaign_report.index)
 
 Submission 0 is the baseline (the base model); the agent's submissions are numbered from 1.
 Numbers in keys are zero-padded to 5 digits so listing order is numeric order.
@@ -156,3 +160,24 @@ def baseline_data_key(
     mode: no signer (the store is out of the agent's reach)."""
     key = f"baselines/{task}/{model_digest}/{evaluator_version}-data-{heldout_digest}"
     return f"{key}-signer-{signer}.json" if signer else f"{key}.json"
+
+
+@dataclass(frozen=True)
+class CampaignLayout:
+    """Where a campaign's own records live (its runs keep their `RunLayout`s)."""
+
+    namespace: str
+    name: str
+
+    @property
+    def prefix(self) -> str:
+        return f"campaigns/{self.namespace}/{self.name}"
+
+    @property
+    def campaign_json(self) -> str:
+        """The BenchCampaign as run: its metadata and spec in wire form."""
+        return f"{self.prefix}/campaign.json"
+
+    @property
+    def report_dir(self) -> str:
+        return f"{self.prefix}/report"

@@ -19,9 +19,11 @@ from a2rl.errors import A2rlError
 # Module names under a2rl_cli, in the order their commands appear in `a2rl --help`.
 COMMAND_MODULES = (
     "run_cmd",
+    "campaign_cmd",
     "validate_cmd",
     "report_cmd",
     "logs_cmd",
+    "runs_cmd",
     "models_cmd",
     "tasks_cmd",
     "data_cmd",

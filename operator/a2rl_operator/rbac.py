@@ -6,8 +6,11 @@ ServiceAccount the operator runs as.
 
 Why each rule (least privilege):
 - benchruns: watch them; patch for kopf's finalizer and `a2rl.dev/` progress annotations
-  (never spec). benchruns/status: the operator alone writes status. benchruns/finalizers:
-  owner references with blockOwnerDeletion.
+  (never spec); create: a BenchCampaign's runs. benchruns/status: the operator alone writes
+  status. benchruns/finalizers: owner references with blockOwnerDeletion.
+- benchcampaigns: watch them; patch for kopf's `a2rl.dev/` progress annotations (never spec).
+  benchcampaigns/status: the operator alone writes it. benchcampaigns/finalizers: a campaign's
+  BenchRuns (and report Job) are owned by it with blockOwnerDeletion.
 - benchsubmissions create/get: held so the operator may grant them to each run's Role (RBAC
   forbids granting what one does not hold); list/watch for grading. benchsubmissions/status:
   the operator alone writes scores. benchsubmissions/finalizers: eval Jobs are owned by their
@@ -18,6 +21,10 @@ Why each rule (least privilege):
   only — the operator never reads a Secret.
 - pods, jobs, events: watch to mirror state; events create/patch to post Kubernetes Events.
 - customresourcedefinitions list/watch: kopf notices CRD changes at run time.
+- Kueue's workloads get/list/watch: a queued run's status carries Kueue's reason for waiting and
+  its evictions; patch: deactivate (`spec.active: false`) the Workload of a run that reached the
+  queueing limit (`--queue-timeout`) or was preempted after its budget clock started, so Kueue
+  never starts it (again).
 """
 
 from __future__ import annotations
@@ -27,12 +34,16 @@ from typing import Any
 
 import yaml
 
-from a2rl.constants import API_GROUP, BENCHRUN_PLURAL, BENCHSUBMISSION_PLURAL
+from a2rl.constants import API_GROUP, BENCHCAMPAIGN_PLURAL, BENCHRUN_PLURAL, BENCHSUBMISSION_PLURAL
 
 Rule = dict[str, list[str]]
 
 RULES: list[Rule] = [
-    {"apiGroups": [API_GROUP], "resources": [BENCHRUN_PLURAL], "verbs": ["get", "list", "watch", "patch"]},
+    {
+        "apiGroups": [API_GROUP],
+        "resources": [BENCHRUN_PLURAL],
+        "verbs": ["create", "get", "list", "watch", "patch"],
+    },
     {
         "apiGroups": [API_GROUP],
         "resources": [f"{BENCHRUN_PLURAL}/status"],
@@ -51,6 +62,17 @@ RULES: list[Rule] = [
     },
     {"apiGroups": [API_GROUP], "resources": [f"{BENCHSUBMISSION_PLURAL}/finalizers"], "verbs": ["update"]},
     {
+        "apiGroups": [API_GROUP],
+        "resources": [BENCHCAMPAIGN_PLURAL],
+        "verbs": ["get", "list", "watch", "patch"],
+    },
+    {
+        "apiGroups": [API_GROUP],
+        "resources": [f"{BENCHCAMPAIGN_PLURAL}/status"],
+        "verbs": ["get", "update", "patch"],
+    },
+    {"apiGroups": [API_GROUP], "resources": [f"{BENCHCAMPAIGN_PLURAL}/finalizers"], "verbs": ["update"]},
+    {
         "apiGroups": [""],
         "resources": ["persistentvolumeclaims", "serviceaccounts", "services"],
         "verbs": ["create", "get"],
@@ -60,6 +82,7 @@ RULES: list[Rule] = [
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "list", "watch"]},
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list", "watch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch", "patch"]},
     {
         "apiGroups": ["rbac.authorization.k8s.io"],
         "resources": ["roles", "rolebindings"],

@@ -3,7 +3,7 @@
 `a2rl operator` reads its configuration once (`OperatorConfig`, grading included), builds the
 registry with `build_registry(config)` and passes it to `kopf.run(registry=...)`, with the
 config in `memo.config`. Nothing registers itself on import: the order handlers run in is the
-order written in `benchrun.register` and `benchsubmission.register`.
+order written in `benchrun.register`, `benchsubmission.register` and `campaign.register`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 
 from a2rl.constants import API_GROUP, FINALIZER
-from a2rl_operator import benchrun, benchsubmission
+from a2rl_operator import benchrun, benchsubmission, campaign
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.manifests.grading_network import egress_problems
 
@@ -49,7 +49,7 @@ def _startup(settings: kopf.OperatorSettings, memo: Any, logger: Logger, **_: An
 
 
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
-    """A registry with every handler of the operator (BenchRuns, then BenchSubmissions)."""
+    """A registry with every handler of the operator (BenchRuns, BenchSubmissions, BenchCampaigns)."""
     registry = kopf.OperatorRegistry()
     # kopf's default registry would add this on its own: the credentials the kubernetes client
     # loaded (the kubeconfig, or the pod's ServiceAccount), as `a2rl operator` set them up.
@@ -57,4 +57,5 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     kopf.on.startup(registry=registry)(_startup)
     benchrun.register(registry, config)
     benchsubmission.register(registry)
+    campaign.register(registry, config)
     return registry

@@ -6,6 +6,11 @@ server's form (camelCase, only the fields that were set and are not None). Condi
 metav1.Condition dicts (wire format) for the condition math (`conditions_of` / `condition_models`
 convert). `set_condition` keeps `lastTransitionTime` when the status does not change, so
 re-observing the same state never looks like a transition.
+
+Every kind's status also carries the GitOps-readable conditions (`lifecycle`): kstatus's
+`Reconciling`/`Stalled`, `Ready`, `Finished` and the terminal pair `Succeeded`/`Failed`, so that
+kstatus, `kubectl wait`, Argo CD and Flux read a BenchRun, a BenchSubmission or a BenchCampaign
+the same way (docs/gitops.md).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from a2rl.api.benchrun import BenchRunStatus, Phase
@@ -25,9 +31,13 @@ from a2rl.constants import (
     COND_AGENT_FINISHED,
     COND_AGENT_RUNNING,
     COND_FAILED,
+    COND_FINISHED,
     COND_GRADED,
     COND_QUEUED,
     COND_QUOTA_EXCEEDED,
+    COND_READY,
+    COND_RECONCILING,
+    COND_STALLED,
     COND_SUCCEEDED,
     COND_WORKSPACE_READY,
     REASON_AGENT_FAILED,
@@ -35,6 +45,7 @@ from a2rl.constants import (
     REASON_DEADLINE_EXCEEDED,
     REASON_DRIVER_BUDGET_EXHAUSTED,
 )
+from a2rl_operator import queueing
 
 #: A metav1.Condition in wire form (what `Condition.to_wire` gives).
 Cond = dict[str, Any]
@@ -191,6 +202,96 @@ def derive_phase(conds: Sequence[Cond]) -> str:
     return Phase.PENDING.value
 
 
+# --- the GitOps-readable conditions (one mapping for every kind) ---------------------------------
+
+
+class Outcome(StrEnum):
+    """Where an object's work stands, as GitOps tools need to know it."""
+
+    IN_FLIGHT = "InFlight"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+#: The conditions `lifecycle` owns, in the order it sets them.
+LIFECYCLE_TYPES = (COND_RECONCILING, COND_STALLED, COND_READY, COND_FINISHED, COND_SUCCEEDED, COND_FAILED)
+
+
+def lifecycle(outcome: Outcome, reason: str, message: str = "") -> list[Change]:
+    """The GitOps-readable condition changes of an object whose work is `outcome`, pure.
+
+    `reason` (CamelCase) and `message` say why: while in flight, what the object is doing (e.g.
+    `Running`, `Evaluating`); once over, the terminal reason (e.g. `AgentCompleted`,
+    `EvalJobFailed`). Every change carries them, so each condition reads on its own.
+
+    | outcome   | Reconciling | Stalled | Ready | Finished | Succeeded | Failed |
+    |-----------|-------------|---------|-------|----------|-----------|--------|
+    | IN_FLIGHT | True        | False   | False | False    | (unset)   | (unset)|
+    | SUCCEEDED | False       | False   | True  | True     | True      | False  |
+    | FAILED    | False       | True    | False | True     | False     | True   |
+
+    kstatus reads `Reconciling=True` as InProgress and `Stalled=True` as Failed (with
+    `status.observedGeneration` equal to `metadata.generation`, which the writer keeps), anything
+    else as Current; `kubectl wait --for=condition=Finished` ends on either outcome; Argo CD's
+    health scripts and Flux's `healthCheckExprs` read the same conditions (docs/gitops.md).
+
+    Apply the result with `apply_changes` after the kind's own changes (the writers of BenchRun,
+    BenchSubmission and BenchCampaign status all do), and post no Events for it: these
+    conditions restate the kind's own, which have their Events already.
+    """
+    over = outcome is not Outcome.IN_FLIGHT
+    ok = outcome is Outcome.SUCCEEDED
+    bad = outcome is Outcome.FAILED
+
+    def flag(value: bool) -> str:
+        return TRUE if value else FALSE
+
+    changes = [
+        Change(COND_RECONCILING, flag(not over), reason, message),
+        Change(COND_STALLED, flag(bad), reason, message),
+        Change(COND_READY, flag(ok), reason, message),
+        Change(COND_FINISHED, flag(over), reason, message),
+    ]
+    if over:
+        changes += [
+            Change(COND_SUCCEEDED, flag(ok), reason, message),
+            Change(COND_FAILED, flag(bad), reason, message),
+        ]
+    return changes
+
+
+def apply_lifecycle(
+    conds: Sequence[Cond], outcome: Outcome, reason: str, message: str, *, generation: int | None, now: str
+) -> list[Cond]:
+    """`conds` with `lifecycle(outcome, reason, message)` applied (no transitions reported)."""
+    return apply_changes(conds, lifecycle(outcome, reason, message), generation, now)[0]
+
+
+#: Of an in-flight run, the condition whose message says what it is doing, by phase.
+_PHASE_CONDITION = {
+    Phase.PENDING.value: COND_ACCEPTED,
+    Phase.QUEUED.value: COND_QUEUED,
+    Phase.RUNNING.value: COND_AGENT_RUNNING,
+    Phase.GRADING.value: COND_GRADED,
+}
+
+
+def run_outcome(conds: Sequence[Cond]) -> tuple[Outcome, str, str]:
+    """A BenchRun's `(outcome, reason, message)` for `lifecycle`, from its own conditions: the
+    terminal condition's reason and message once over (`Failed` wins), else its phase (`Pending`,
+    `Queued`, `Running`, `Grading`) with the message of the condition behind that phase."""
+    for type_, outcome in ((COND_FAILED, Outcome.FAILED), (COND_SUCCEEDED, Outcome.SUCCEEDED)):
+        cond = get_condition(conds, type_)
+        if cond is not None and cond.get("status") == TRUE:
+            return outcome, str(cond.get("reason") or type_), str(cond.get("message") or "")
+    phase = derive_phase(conds)
+    cond = get_condition(conds, _PHASE_CONDITION.get(phase, COND_ACCEPTED))
+    if phase == Phase.RUNNING.value and (cond is None or cond.get("status") != TRUE):
+        cond = get_condition(conds, COND_WORKSPACE_READY)  # scheduled, the agent not started yet
+    message = str((cond or {}).get("message") or "") or f"the run is {phase.lower()}"
+    return Outcome.IN_FLIGHT, phase, message
+
+
 # --- rejection -------------------------------------------------------------------------------
 
 
@@ -303,6 +404,8 @@ def terminal_for(finish: Change) -> Change:
         return Change(COND_SUCCEEDED, TRUE, REASON_DRIVER_BUDGET_EXHAUSTED, finish.message)
     if finish.reason == R_SETUP_FAILED:
         return Change(COND_FAILED, TRUE, R_SETUP_FAILED, finish.message)
+    if finish.reason == queueing.R_PREEMPTED:  # evicted by Kueue after its budget clock started
+        return Change(COND_FAILED, TRUE, queueing.R_PREEMPTED, finish.message)
     return Change(COND_FAILED, TRUE, R_AGENT_FAILED, finish.message)
 
 
@@ -318,6 +421,60 @@ class Observation:
     #: A stack run whose gateway refused a call for the driver budget (the agent saw the error):
     #: the gateway's reason (`driver/summary.json` `budget.reason`); None: not refused.
     driver_refused: str | None = None
+    #: Kueue's Workload of the workspace Job (a queued run; `queueing.find_workload`), None: none.
+    workload: dict[str, Any] | None = None
+    #: The run's `status.startTime` (the agent's start as already recorded), None: not yet.
+    started_at: str | None = None
+    #: When this was observed (the eviction's time where the Job does not say it yet).
+    observed_at: str | None = None
+    #: The run's budget clock had started (`budget_started`) by what was read BEFORE the Job (the
+    #: run, then its pod, then the Job: `benchrun.refresh`), so a suspended Job was suspended
+    #: after that: Kueue evicted it. Never from conditions read later (a stale Job would look
+    #: evicted).
+    budget_started: bool = False
+
+
+def budget_started(
+    conds: Sequence[Cond],
+    pod: dict[str, Any] | None,
+    started_at: str | None = None,
+    agent_container: str = "agent",
+    recorder_container: str = "recorder",
+) -> bool:
+    """Whether the run's budget clock has started: the agent was seen running (`AgentRunning` set,
+    `startTime`) or the pod shows it or the recorder sidecar started (the recorder starts the
+    clock, `clock.json`, just before the agent)."""
+    if started_at or get_condition(conds, COND_AGENT_RUNNING) is not None:
+        return True
+    if agent_start_time(pod, agent_container) is not None:
+        return True
+    for status in ((pod or {}).get("status") or {}).get("initContainerStatuses") or []:
+        if status.get("name") == recorder_container:
+            state = status.get("state") or {}
+            return any((state.get(k) or {}).get("startedAt") for k in ("running", "terminated"))
+    return False
+
+
+def suspended_at(job: dict[str, Any]) -> str | None:
+    """When the Job was last suspended (its `Suspended=True` condition), None: not suspended."""
+    cond = _job_condition(job, "Suspended")
+    return str(cond["lastTransitionTime"]) if cond and cond.get("lastTransitionTime") else None
+
+
+def preemption(obs: Observation, conds: Sequence[Cond], agent_container: str = "agent") -> list[Change]:
+    """A queued run's workspace Job suspended by Kueue after the budget clock started: the run
+    ends `Preempted` (docs/operator.md, "Quotas and Kueue"), the agent's time up to the eviction
+    in the message; empty when that is not the case."""
+    job = obs.job or {}
+    if not obs.queue_name or not (job.get("spec") or {}).get("suspend"):
+        return []
+    if not obs.budget_started:
+        return []  # evicted during its set-up: it waits for Kueue again (`queueing.queue_changes`)
+    started = obs.started_at or agent_start_time(obs.pod, agent_container)
+    evicted = suspended_at(job) or obs.observed_at
+    ran = max(0, round(_seconds(started, evicted))) if started and evicted else None
+    agent = bool(started) or get_condition(conds, COND_AGENT_RUNNING) is not None
+    return [Change(*c) for c in queueing.preempted(obs.queue_name, obs.workload, conds, ran, agent)]
 
 
 def driver_budget_finish(finish: Change, refused: str | None) -> Change:
@@ -335,19 +492,14 @@ def observe(obs: Observation, conds: Sequence[Cond], agent_container: str = "age
     job = obs.job
     changes: list[Change] = []
     suspended = bool((job.get("spec") or {}).get("suspend"))
-    if obs.queue_name:
-        if suspended:
-            msg = f"waiting for Kueue to admit the workspace Job (queue {obs.queue_name})"
-            changes += [
-                Change(COND_QUEUED, TRUE, R_WAITING_FOR_ADMISSION, msg),
-                Change(COND_ADMITTED, FALSE, R_WAITING_FOR_ADMISSION, msg),
-            ]
-        else:
-            msg = f"admitted by Kueue (queue {obs.queue_name})"
-            changes += [
-                Change(COND_QUEUED, FALSE, R_ADMITTED, msg),
-                Change(COND_ADMITTED, TRUE, R_ADMITTED, msg),
-            ]
+    if suspended and get_condition(conds, COND_AGENT_FINISHED) is not None:
+        return []  # ended while suspended (Preempted): nothing more to observe of this Job
+    ended = preemption(obs, conds, agent_container)
+    if ended:  # a run being graded ends after its report (`a2rl_operator.benchrun`)
+        return ended if get_condition(conds, COND_GRADED) is not None else [*ended, terminal_for(ended[-1])]
+    if obs.queue_name:  # Kueue's reason while waiting; evicted (`Preempted`): not running
+        queued = queueing.queue_changes(obs.queue_name, suspended, obs.workload, conds)
+        changes += [Change(*c) for c in queued]
     elif get_condition(conds, COND_ADMITTED) is None:
         msg = "no Kueue queue named; the Job runs directly"
         changes.append(Change(COND_ADMITTED, TRUE, R_NOT_QUEUED, msg))
@@ -365,7 +517,7 @@ def observe(obs: Observation, conds: Sequence[Cond], agent_container: str = "age
             Change(COND_QUEUED, FALSE, R_QUOTA_AVAILABLE, msg),
         ]
 
-    if pod is not None:
+    if pod is not None and not suspended:  # a suspended Job's pods are going (Kueue evicted it)
         if _pod_scheduled(pod):
             node = (pod.get("spec") or {}).get("nodeName") or "a node"
             changes.append(Change(COND_WORKSPACE_READY, TRUE, R_POD_SCHEDULED, f"workspace pod on {node}"))
@@ -406,7 +558,14 @@ def is_quota_message(message: str) -> bool:
 
 
 WARNING_REASONS = frozenset(
-    {R_EXCEEDED_QUOTA, REASON_DEADLINE_EXCEEDED, R_AGENT_FAILED, REASON_AGENT_FAILED, R_SETUP_FAILED}
+    {
+        R_EXCEEDED_QUOTA,
+        REASON_DEADLINE_EXCEEDED,
+        R_AGENT_FAILED,
+        REASON_AGENT_FAILED,
+        R_SETUP_FAILED,
+        queueing.R_PREEMPTED,
+    }
 )
 
 

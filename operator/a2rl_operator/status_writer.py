@@ -5,7 +5,9 @@ math: `lastTransitionTime` moves only when a status does) and any other status f
 `phase`, `startTime` and `completionTime`, and replaces the status subresource (`status_wire`)
 guarded by resourceVersion, retried on conflicts (`Kube.update_status`), so the Job, Pod, Event,
 BenchSubmission watchers and the timers of one run never lose each other's writes. Each condition
-transition that was written gets one Kubernetes Event on the BenchRun.
+transition that was written gets one Kubernetes Event on the BenchRun; the GitOps-readable
+conditions (`Reconciling`, `Stalled`, `Ready`, `Finished`, and `Succeeded=False`/`Failed=False`
+beside the terminal one: `status.lifecycle`) follow the others on every write and get none.
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def write_status(
     """Write the run's status; returns the condition transitions written (Events are posted).
 
     - `changes_for(conditions)`: condition changes; when given, `observedGeneration`, `phase`,
-      `startTime` (from the agent container of `pod`) and `completionTime` are kept in step;
+      the GitOps-readable conditions (`status.lifecycle` of `status.run_outcome`), `startTime`
+      (from the agent container of `pod`) and `completionTime` are kept in step;
     - `edit(run, status)`: other status fields, computed from the fresh read of each attempt;
     - `only_if(conditions)`: write nothing unless it holds (someone else may have moved on);
     - `run`: a fresh read used for the first attempt (saves a GET).
@@ -90,6 +93,10 @@ def write_status(
             generation = current["metadata"].get("generation")
             now = st.now_iso()
             new_conds, transitions = st.apply_changes(conds, changes_for(conds), generation, now)
+            # The GitOps-readable conditions follow the run's own (no Events of their own).
+            new_conds = st.apply_lifecycle(
+                new_conds, *st.run_outcome(new_conds), generation=generation, now=now
+            )
             new = new.model_copy(
                 update={
                     "conditions": st.condition_models(new_conds),

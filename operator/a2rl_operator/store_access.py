@@ -25,7 +25,7 @@ from a2rl_tasks.artifacts import heldout_key
 
 from a2rl.api.benchrun import BenchRunSpec
 from a2rl.constants import API_GROUP, ENV_S3_ACCESS_KEY, ENV_S3_ENDPOINT, ENV_S3_SECRET_KEY
-from a2rl.store.layout import RunLayout
+from a2rl.store.layout import CampaignLayout, RunLayout
 from a2rl.store.scoped import (
     MinioScoper,
     RunCredentials,
@@ -39,6 +39,7 @@ from a2rl.store.scoped import (
     report_user,
     run_policy,
     run_user,
+    scoped_policy,
 )
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.manifests.common import Body
@@ -184,3 +185,52 @@ def revoke(body: Body, config: OperatorConfig) -> list[str]:
     scoper = _scoper(config)
     scoper.revoke(uid)
     return [run_user(uid), *scoper.revoke_grading(uid)]
+
+
+def campaign_report_user(campaign: Body) -> str:
+    """The store user of a campaign's report pod (the campaign's uid names it as a run's does)."""
+    return report_user(campaign["metadata"]["uid"])
+
+
+def campaign_report_credentials(campaign: Body, runs: list[Body], uri: str, config: OperatorConfig) -> Access:
+    """Keys of a campaign's report pod: read `campaign.json` and everything of the campaign's runs
+    (each run's own prefix), write the campaign's `report/`, and — because `a2rl campaign report`
+    finds a campaign's runs by their run.json's label — list the campaign's namespace's keys and
+    read the `run.json` of its runs (run metadata only: no submission, result, held-out data or
+    cache of another run; no other namespace). The operator's keys where the store cannot scope
+    them."""
+    if not config.scoped_store_credentials:
+        return Access(None, "per-run store credentials are off (--no-scoped-store-credentials)")
+    meta = campaign["metadata"]
+    layout = CampaignLayout(meta["namespace"], meta["name"])
+    try:
+        bucket, root = parse_s3_uri(uri)
+
+        def key(*parts: str) -> str:
+            return "/".join(p.strip("/") for p in (root, *parts) if p.strip("/"))
+
+        prefixes = [RunLayout(r["metadata"]["namespace"], r["metadata"]["name"], r["metadata"]["uid"]).prefix
+                    for r in runs]  # fmt: skip
+        policy = scoped_policy(
+            bucket,
+            read=[
+                key(layout.campaign_json),
+                *(f"{key(p)}/*" for p in prefixes),
+                key(meta["namespace"], "*", "run.json"),
+            ],
+            write=[f"{key(layout.report_dir)}/*"],
+        )
+        for statement in policy["Statement"]:
+            if statement["Action"] == ["s3:ListBucket"]:  # the namespace's folder (keys only)
+                statement["Condition"]["StringLike"]["s3:prefix"].append(f"{key(meta['namespace'])}/")
+        creds = _scoper(config).grant_user(campaign_report_user(campaign), policy)
+    except ScopeUnavailableError as exc:
+        return Access(None, f"the campaign report pod gets the operator's store keys: {exc}")
+    return Access(creds, f"store user {creds.access_key} for the campaign report pod")
+
+
+def revoke_campaign_report_user(campaign: Body, config: OperatorConfig) -> None:
+    """Remove the campaign report pod's store user (gone already: not an error). Raises
+    ScopeUnavailableError when the store refuses."""
+    if config.scoped_store_credentials:
+        _scoper(config).revoke_user(campaign_report_user(campaign))

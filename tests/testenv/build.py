@@ -4,9 +4,12 @@ Stdlib only: used by `hack/testenv build` and by the pytest fixtures on a cold m
 Each component lives in a wrapper Go module under `hack/testenv.d/<module>/` whose go.mod and
 go.sum pin it; binaries land in `<cache>/testenv/<versions-key>/bin` with one stamp per binary.
 
-Tools the tests use beside the control plane (helm, for the chart tests) are built the same way
+Tools the tests use beside the control plane (helm, for the chart tests; kstatus and kubectl, for
+the GitOps status tests) are built the same way
 into a folder of their own, `<cache>/tools/<name>-<version>_<module digest>/bin`: adding or
 re-pinning a tool never changes the control plane's versions key (a rebuild of that costs ~17 min).
+Kueue, for the `kueue` tests, is one of them, with its module's CRDs and webhook manifests copied
+beside its `bin/` (`Component.module_dirs`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +52,9 @@ class Component:
     package: str  # Go main package
     version: str
     ldflags: str = ""
+    #: Folders of the package's Go module copied beside `bin/` (`module_files_dir`) after the build:
+    #: manifests that must match the binary's version (Kueue's CRDs and webhooks).
+    module_dirs: tuple[str, ...] = ()
 
 
 COMPONENTS: tuple[Component, ...] = (
@@ -83,9 +89,28 @@ _HELM_LDFLAGS = " ".join(
         ),
     ]
 )
+#: sigs.k8s.io/cli-utils, whose kstatus (`status.Compute`) the GitOps status tests ask; the tool
+#: is the wrapper module's own main package (hack/testenv.d/kstatus/main.go).
+CLI_UTILS_VERSION = "v0.37.2"
+#: Kueue, the job queueing system the `kueue` tests run beside the control plane (a process
+#: against the API server: tests/testenv/kueue.py), with its CRDs and webhook manifests.
+KUEUE_VERSION = "v0.17.1"
+KUEUE = Component(
+    "kueue",
+    "kueue",
+    "sigs.k8s.io/kueue/cmd/kueue",
+    KUEUE_VERSION,
+    f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={KUEUE_VERSION}",
+    module_dirs=("config/components/crd/bases", "config/components/webhook"),
+)
 #: Built into `tool_dir(tool)`, not into `bin_dir()`: not part of the versions key.
 TOOLS: tuple[Component, ...] = (
+    KUEUE,
     Component("helm", "helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION, _HELM_LDFLAGS),
+    Component("kstatus", "kstatus", "a2rl.dev/testenv/kstatus", CLI_UTILS_VERSION),
+    # kubectl at the control plane's version, from a wrapper module of its own (hack/testenv.d/kubectl:
+    # ../k8s's pins plus kubectl's own dependencies), so the control plane's versions key stays.
+    Component("kubectl", "kubectl", "k8s.io/kubernetes/cmd/kubectl", K8S_VERSION, _K8S_LDFLAGS),
 )
 # Binaries that may come from an envtest install (KUBEBUILDER_ASSETS).
 ENVTEST_NAMES = ("etcd", "kube-apiserver")
@@ -121,15 +146,37 @@ def bin_dir() -> Path:
 
 
 def tool_dir(tool: Component) -> Path:
-    """`<cache>/tools/<name>-<version>_<digest of its wrapper module>/bin`."""
+    """`<cache>/tools/<name>-<version>_<digest of its wrapper module>/bin` (go.mod, go.sum and the
+    module's own Go sources, where it has any: a tool of ours, like kstatus)."""
     digest = hashlib.sha256()
-    for fname in ("go.mod", "go.sum"):
-        digest.update((MODULES_DIR / tool.module / fname).read_bytes())
+    module = MODULES_DIR / tool.module
+    for path in [module / "go.mod", module / "go.sum", *sorted(module.glob("*.go"))]:
+        digest.update(path.read_bytes())
     return cache_base() / "tools" / f"{tool.name}-{tool.version}_{digest.hexdigest()[:8]}" / "bin"
 
 
 def _out_dir(comp: Component) -> Path:
     return tool_dir(comp) if comp in TOOLS else bin_dir()
+
+
+def module_files_dir(comp: Component) -> Path:
+    """Where `comp.module_dirs` are copied to (each under its path in the module)."""
+    return _out_dir(comp).parent
+
+
+def _copy_module_dirs(comp: Component) -> None:
+    proc = subprocess.run(
+        [go_binary(), "list", "-f", "{{.Module.Dir}}", comp.package],
+        cwd=MODULES_DIR / comp.module, env=go_env(), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise BuildError(f"locating the module of {comp.package} failed:\n{proc.stderr[-2000:]}")
+    source = Path(proc.stdout.strip())
+    for folder in comp.module_dirs:
+        dest = module_files_dir(comp) / folder
+        shutil.rmtree(dest, ignore_errors=True)
+        # copyfile, not copy2: the module cache's files are read-only.
+        shutil.copytree(source / folder, dest, copy_function=shutil.copyfile)
 
 
 def go_env() -> dict[str, str]:
@@ -152,7 +199,10 @@ def _stamp(comp: Component) -> Path:
 def is_built(comp: Component) -> bool:
     stamp = _stamp(comp)
     return (
-        stamp.exists() and (_out_dir(comp) / comp.name).exists() and stamp.read_text().strip() == comp.version
+        stamp.exists()
+        and (_out_dir(comp) / comp.name).exists()
+        and stamp.read_text().strip() == comp.version
+        and all((module_files_dir(comp) / d).is_dir() for d in comp.module_dirs)
     )
 
 
@@ -190,6 +240,8 @@ def build_one(comp: Component, log: Callable[[str], None]) -> float:
     elapsed = time.monotonic() - start
     if proc.returncode != 0:
         raise BuildError(f"building {comp.name} failed ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
+    if comp.module_dirs:
+        _copy_module_dirs(comp)
     tmp.replace(out / comp.name)
     _stamp(comp).write_text(comp.version + "\n")
     size_mb = (out / comp.name).stat().st_size / 2**20
@@ -209,10 +261,14 @@ def ensure_built(log: Callable[[str], None] | None = None) -> dict[str, Path]:
     return binary_paths()
 
 
-def ensure_tools(log: Callable[[str], None] | None = None) -> dict[str, Path]:
-    """Build the missing tools (helm) into their own folders and return their paths."""
+def ensure_tools(
+    log: Callable[[str], None] | None = None, names: Collection[str] | None = None
+) -> dict[str, Path]:
+    """Build the missing tools (helm, kstatus, kubectl; only `names` where given) into their own folders and
+    return their paths."""
     emit = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    for tool in TOOLS:
+    tools = [t for t in TOOLS if names is None or t.name in names]
+    for tool in tools:
         if not is_built(tool):
             build_one(tool, emit)
-    return {t.name: tool_dir(t) / t.name for t in TOOLS}
+    return {t.name: tool_dir(t) / t.name for t in tools}

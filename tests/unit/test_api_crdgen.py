@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from a2rl_cli import main
 from pydantic import BaseModel, Field
 
 from a2rl.api import BenchRun, BenchSubmission
+from a2rl.api.benchrun import SPEC_IMMUTABLE_MESSAGE
 from a2rl.api.common import ApiModel, Quantity
 from a2rl.api.crdgen import (
     BENCHRUN,
@@ -169,15 +171,10 @@ def test_crd_defaults_agree_with_model_defaults(model: type[BaseModel], doc: dic
 def test_cel_rules() -> None:
     schema = openapi_schema(BenchRun)
     spec = schema["properties"]["spec"]
-    immutable = sorted(
-        name
-        for name, node in spec["properties"].items()
-        if {"rule": "self == oldSelf", "message": f"{name} is immutable; create a new object instead"}
-        in node.get("x-kubernetes-validations", [])
-    )
-    assert immutable == ["agent", "baseModel", "budget", "evaluation", "seed", "task"]
-    (driver_rule,) = [r for r in spec["x-kubernetes-validations"] if "oldSelf" in r["rule"]]
-    assert driver_rule["fieldPath"] == ".driver" and "oldSelf.driver" in driver_rule["rule"]
+    # The whole spec is immutable (one transition rule, on spec; no field has one of its own).
+    (spec_rule,) = [r for r in spec["x-kubernetes-validations"] if "oldSelf" in r["rule"]]
+    assert spec_rule == {"rule": "self == oldSelf", "message": SPEC_IMMUTABLE_MESSAGE}
+    assert "oldSelf" not in json.dumps(spec["properties"])
     env_rule = spec["properties"]["agent"]["properties"]["env"]["x-kubernetes-validations"][0]["rule"]
     assert "'TASK'" in env_rule and "'GRADING_SERVER_URL'" in env_rule
     assert "self.metadata.name" in schema["x-kubernetes-validations"][0]["rule"]
@@ -264,6 +261,7 @@ def test_crds_cli_generate_check_and_drift(tmp_path: Path, capsys: pytest.Captur
     assert main(["crds", "generate", "--out", str(out)]) == 0
     assert main(["crds", "docs", "--out", str(docs)]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
+        "a2rl.dev_benchcampaigns.yaml",
         "a2rl.dev_benchruns.yaml",
         "a2rl.dev_benchsubmissions.yaml",
     ]

@@ -11,7 +11,7 @@ import yaml
 from a2rl_tasks import TASKS
 
 from a2rl.api.docgen import EXAMPLE
-from a2rl.api.load import load_benchrun, load_resource, parse_yaml, validate_document
+from a2rl.api.load import load_benchcampaign, load_benchrun, load_resource, parse_yaml, validate_document
 from a2rl.errors import A2rlError, InvalidDocumentError
 
 VALID: dict[str, Any] = {
@@ -223,4 +223,10 @@ EXAMPLES = sorted(
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_shipped_examples_are_valid(path: Path) -> None:
-    load_resource(path)
+    kind = yaml.safe_load(path.read_text()).get("kind")
+    if kind == "BenchCampaign":
+        load_benchcampaign(path, TASKS)
+    elif kind in ("BenchRun", "BenchSubmission"):
+        load_resource(path)
+    else:  # examples/gitops/: a kustomization and an Argo CD Application
+        assert kind in ("Kustomization", "Application"), path

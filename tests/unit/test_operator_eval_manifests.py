@@ -340,14 +340,19 @@ def test_result_is_copied_into_status_and_terminal_states_never_change() -> None
     old = BenchSubmissionStatus.model_validate({"state": "Evaluating", "reason": "Evaluating"})
     new = gr.apply_update(old, update, 1, "2026-01-01T12:07:01Z")
     status = _wire(new)
+    # `Evaluated`, then the GitOps-readable conditions of a success (docs/gitops.md).
+    conds = [("Evaluated", "True"), ("Reconciling", "False"), ("Stalled", "False"), ("Ready", "True"),
+             ("Finished", "True"), ("Succeeded", "True"), ("Failed", "False")]  # fmt: skip
     assert status == {
+        "observedGeneration": 1,
         "state": "Succeeded", "reason": "Evaluated", "score": 61.25, "evaluatorVersion": "arith-v1",
         "resultUri": "s3://r/result.json", "startedAt": RESULT_JSON["started_at"],
         "finishedAt": RESULT_JSON["finished_at"], "durationSeconds": 60.5, "cached": False,
         "evalJob": "demo-eval-00002",
-        "conditions": [{"type": "Evaluated", "status": "True", "reason": "Evaluated",
+        "conditions": [{"type": t, "status": v, "reason": "Evaluated",
                         "message": "score 61.25 by its eval Job",
-                        "lastTransitionTime": "2026-01-01T12:07:01Z", "observedGeneration": 1}],
+                        "lastTransitionTime": "2026-01-01T12:07:01Z", "observedGeneration": 1}
+                       for t, v in conds],
     }  # fmt: skip
     # What the API server returns reads back to the same status.
     assert _wire(BenchSubmissionStatus.model_validate(status)) == status

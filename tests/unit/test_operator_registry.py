@@ -33,9 +33,14 @@ def test_every_handler_is_on_the_explicit_registry_in_order_and_none_on_kopfs_de
     assert "on_benchrun_delete" in changing
     watching = set(handler_ids(registry._watching))
     assert {"on_job", "on_pod", "on_quota_event", "on_run_finished", "on_report_job"} <= watching
+    assert "on_workload" in watching  # Kueue's Workloads of the workspace Jobs
     assert {"on_submission", "on_eval_job"} <= watching
     timers = {str(h.id): h for h in registry._spawning.get_all_handlers()}
-    assert set(timers) == {"resync", "grading-resync"}
+    assert set(timers) == {"resync", "grading-resync", "campaign-resync"}
+    # BenchCampaigns: create/resume/update (spec only), a delete without a finalizer, their runs
+    # and their report Job watched.
+    assert {"campaign-create", "campaign-resume", "campaign-update/spec", "campaign-delete"} <= set(changing)
+    assert {"campaign-runs", "campaign-report-job"} <= watching
     assert getattr(timers["grading-resync"], "interval", None) == 7  # from the config, not the env
     # Importing the operator's modules registers nothing on kopf's default registry.
     default = get_default_registry()

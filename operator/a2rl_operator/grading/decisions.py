@@ -6,7 +6,9 @@ documents as records (`ResultRecord`, `RunRecord`).
 Submission states (`status.state`, with `status.reason` and the `Evaluated` condition):
 Pending → Evaluating (eval Job created) → Succeeded (a score) or Failed (no score: the model
 could not be evaluated, or the eval Job failed); Rejected when it is over budget, late, or its
-run is gone or finished. Terminal states never change.
+run is gone or finished. Terminal states never change. Each state also sets the GitOps-readable
+conditions (`status.lifecycle`: Pending/Evaluating in flight, Succeeded succeeded, Failed and
+Rejected failed) and `status.observedGeneration`.
 
 End of a run (the BenchRun's `Graded` condition; the terminal condition waits for it):
 AwaitingAgent → WaitingForEvaluations (bounded) → Reporting (report Job) → ReportWritten
@@ -31,13 +33,23 @@ from a2rl.constants import (
     COND_GRADED,
     REASON_COMPLETED,
     REASON_DEADLINE_EXCEEDED,
+    REASON_DRIVER_BUDGET_EXHAUSTED,
 )
 from a2rl.records.report import ReportRecord
 from a2rl.records.result import ResultRecord
-from a2rl.records.run import COMPLETED, DEADLINE_EXCEEDED, FAILED, RunRecord, run_record
+from a2rl.records.run import (
+    COMPLETED,
+    DEADLINE_EXCEEDED,
+    DRIVER_BUDGET_EXHAUSTED,
+    FAILED,
+    PREEMPTED,
+    RunRecord,
+    run_record,
+)
 from a2rl.runs import parse_time
 from a2rl.scores import Scored, summarize
 from a2rl.store.layout import RunLayout
+from a2rl_operator import queueing
 from a2rl_operator import status as st
 
 Body = dict[str, Any]
@@ -65,9 +77,22 @@ R_REPORT_WRITTEN = "ReportWritten"
 R_REPORT_FAILED = "ReportFailed"
 
 TERMINAL_STATES = frozenset({SubmissionState.SUCCEEDED, SubmissionState.FAILED, SubmissionState.REJECTED})
+#: A submission's state as the GitOps-readable conditions tell it (`status.lifecycle`).
+SUBMISSION_OUTCOMES = {
+    SubmissionState.PENDING: st.Outcome.IN_FLIGHT,
+    SubmissionState.EVALUATING: st.Outcome.IN_FLIGHT,
+    SubmissionState.SUCCEEDED: st.Outcome.SUCCEEDED,
+    SubmissionState.FAILED: st.Outcome.FAILED,
+    SubmissionState.REJECTED: st.Outcome.FAILED,
+}
 #: Reasons of the AgentFinished condition → run.json's `end_reason` (the local runner's words).
 #: The vocabulary is `a2rl.records.run.EndReason`; any other reason is `failed`.
-END_REASONS = {REASON_COMPLETED: COMPLETED, REASON_DEADLINE_EXCEEDED: DEADLINE_EXCEEDED}
+END_REASONS = {
+    REASON_COMPLETED: COMPLETED,
+    REASON_DEADLINE_EXCEEDED: DEADLINE_EXCEEDED,
+    REASON_DRIVER_BUDGET_EXHAUSTED: DRIVER_BUDGET_EXHAUSTED,
+    queueing.R_PREEMPTED: PREEMPTED,
+}
 
 
 def now_utc() -> datetime:
@@ -179,6 +204,11 @@ class SubmissionUpdate:
         status = st.TRUE if self.state == SubmissionState.SUCCEEDED else st.FALSE
         return st.Change(COND_EVALUATED, status, self.reason, self.message)
 
+    @property
+    def outcome(self) -> st.Outcome:
+        """For the GitOps-readable conditions (`status.lifecycle`): a rejected submission failed."""
+        return SUBMISSION_OUTCOMES[self.state]
+
 
 def evaluating(job_name: str) -> SubmissionUpdate:
     return SubmissionUpdate(SubmissionState.EVALUATING, R_EVALUATING, f"eval Job {job_name} created",
@@ -270,8 +300,12 @@ def apply_update(
     if "state" in old.model_fields_set and is_terminal_state(str(old.state)):
         return None
     conds = st.set_condition(st.conditions_of(old), update.condition, generation, now)
+    conds = st.apply_lifecycle(
+        conds, update.outcome, update.reason, update.message, generation=generation, now=now
+    )
     status = old.model_copy(
         update={
+            "observed_generation": generation,
             "state": update.state.value,
             "reason": update.reason,
             **{name: getattr(update.fields, name) for name in update.fields.model_fields_set},
@@ -460,15 +494,19 @@ def cluster_run_json(
     evaluator_version: str,
     agent_exit_code: int | None,
 ) -> RunRecord:
-    """run.json of a cluster run (the local runner's document, `mode: cluster`), for the report."""
+    """run.json of a cluster run (the local runner's document, `mode: cluster`), for the report;
+    a run queued through Kueue also carries its queue wait and evictions (`status`)."""
     meta = run["metadata"]
     status = st.run_status(run)
     conds = st.conditions_of(status)
     started = status.start_time
     finished = next((c for c in status.conditions if c.type == COND_AGENT_FINISHED), None)
     ended = finished.last_transition_time if finished else None
+    # The labels too: a campaign's runs are found in the store by their `a2rl.dev/campaign` label.
+    labels = dict(meta.get("labels") or {})
     model = BenchRun(
-        metadata=ObjectMeta(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"]), spec=spec
+        metadata=ObjectMeta(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"], labels=labels),
+        spec=spec,
     )
     return run_record(
         model,
@@ -481,4 +519,6 @@ def cluster_run_json(
         agent_exit_code=agent_exit_code,
         mode="cluster",
         sandbox="pod",
+        queue_wait_seconds=status.queue_wait_seconds,
+        evictions=status.evictions,
     )
