@@ -28,25 +28,16 @@ from a2rl.constants import (
     MANAGED_BY,
     PART_OF,
 )
-from a2rl.launch import OFFLINE_ENV
 from a2rl.store.scoped import RunCredentials
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.grading.config import GradingConfig
-from a2rl_operator.manifests.common import Body, Manifest, child_name, guaranteed, pod_security_context
-from a2rl_operator.manifests.dns import HostPin, pod_dns
-from a2rl_operator.manifests.eval_job import (
-    SCRATCH_DIR,
-    SCRATCH_ENV,
-    SCRATCH_VOLUME,
-    hardened_security_context,
-)
+from a2rl_operator.manifests.common import Body, Manifest, child_name, kueue_labels
+from a2rl_operator.manifests.dns import HostPin
 from a2rl_operator.manifests.network import ip_rule
 from a2rl_operator.manifests.pod_defaults import apply_pod_defaults
+from a2rl_operator.manifests.report_job import REPORT_BACKOFF_LIMIT, SUFFIX_REPORT, report_pod_spec
 
-REPORT_CONTAINER = "report"
-SUFFIX_REPORT = "report"
 SUFFIX_REPORT_STORE = "report-store"
-REPORT_BACKOFF_LIMIT = 1
 
 
 def report_job_name(campaign: str) -> str:
@@ -146,39 +137,26 @@ def report_job(
     pins: Sequence[HostPin] = (),
     pod_defaults: PodDefaults | None = None,
 ) -> Manifest:
-    """The campaign's report Job (the grader image; `pins`: the only names its pod resolves)."""
-    if not grading.grader_image:
-        raise ValueError("grading is off: no grader image configured")
+    """The campaign's report Job (the grader image; `pins`: the only names its pod resolves). Queued
+    like the campaign's runs when its template names a Kueue queue (created suspended, with the
+    template's priority class)."""
     name = campaign["metadata"]["name"]
-    amounts = {
-        "cpu": grading.report_cpu,
-        "memory": grading.report_memory,
-        "ephemeral-storage": grading.report_ephemeral_storage,
-    }
-    container: Manifest = {
-        "name": REPORT_CONTAINER,
-        "image": grading.grader_image,
-        "command": report_command(campaign, store_uri),
-        "env": [{"name": k, "value": v} for k, v in {**OFFLINE_ENV, **SCRATCH_ENV}.items()],
-        "envFrom": [{"secretRef": {"name": report_secret_name(name)}}],
-        "resources": guaranteed(amounts),
-        "securityContext": hardened_security_context(),
-        "volumeMounts": [{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}],
-    }
-    pod_spec: Manifest = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": pod_security_context(),
-        "containers": [container],
-        "volumes": [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": grading.report_ephemeral_storage}}],
-        **pod_dns(pins),
-    }
+    template = (campaign.get("spec") or {}).get("template") or {}
+    queue, priority = template.get("queueName"), template.get("priorityClassName")
+    pod_spec = report_pod_spec(
+        report_command(campaign, store_uri),
+        grading,
+        env_from=[{"secretRef": {"name": report_secret_name(name)}}],
+        pins=pins,
+    )
+    meta = _meta(campaign, report_job_name(name), owner)
+    meta["labels"].update(kueue_labels(queue, priority))
     job: Manifest = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _meta(campaign, report_job_name(name), owner),
+        "metadata": meta,
         "spec": {
+            "suspend": bool(queue),
             "backoffLimit": REPORT_BACKOFF_LIMIT,
             "activeDeadlineSeconds": grading.report_timeout_s,
             "template": {"metadata": {"labels": campaign_labels(campaign)}, "spec": pod_spec},

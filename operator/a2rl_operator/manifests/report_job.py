@@ -55,6 +55,45 @@ def report_command(run: Body, store_uri: str) -> list[str]:
     return ["a2rl", "report", prefix, "--store", store_uri, "--regenerate", "--json"]
 
 
+def report_pod_spec(
+    command: list[str],
+    grading: GradingConfig,
+    *,
+    env: Sequence[Manifest] = (),
+    env_from: Sequence[Manifest] = (),
+    pins: Sequence[HostPin] = (),
+) -> Manifest:
+    """The pod of a report Job (a run's or a campaign's): the grader image running `command`,
+    offline, no ServiceAccount token, no DNS but `pins`, restricted and read-only but its scratch
+    volume; `env_from`: its store Secret."""
+    if not grading.grader_image:
+        raise ValueError("grading is off: no grader image configured")
+    amounts = {
+        "cpu": grading.report_cpu,
+        "memory": grading.report_memory,
+        "ephemeral-storage": grading.report_ephemeral_storage,
+    }
+    container: Manifest = {
+        "name": REPORT_CONTAINER,
+        "image": grading.grader_image,
+        "command": command,
+        "env": [{"name": k, "value": v} for k, v in {**OFFLINE_ENV, **SCRATCH_ENV}.items()] + list(env),
+        "envFrom": list(env_from),
+        "resources": guaranteed(amounts),
+        "securityContext": hardened_security_context(),
+        "volumeMounts": [{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}],
+    }
+    return {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
+        "containers": [container],
+        "volumes": [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": grading.report_ephemeral_storage}}],
+        **pod_dns(pins),
+    }
+
+
 def report_job(
     run: Body,
     spec: BenchRunSpec,
@@ -66,33 +105,13 @@ def report_job(
 ) -> Manifest:
     """The run's report Job. The pod has no DNS: `pins` are the only names it resolves;
     `pod_defaults`: the operator's, its `report` part merged into the pod."""
-    if not grading.grader_image:
-        raise ValueError("grading is off: no grader image configured")
-    amounts = {
-        "cpu": grading.report_cpu,
-        "memory": grading.report_memory,
-        "ephemeral-storage": grading.report_ephemeral_storage,
-    }
-    container: Manifest = {
-        "name": REPORT_CONTAINER,
-        "image": grading.grader_image,
-        "command": report_command(run, store_uri),
-        "env": [{"name": k, "value": v} for k, v in {**OFFLINE_ENV, **SCRATCH_ENV}.items()]
-        + pod_trace_env(run["metadata"].get("annotations")),
-        "envFrom": report_store_env_from(run, spec),
-        "resources": guaranteed(amounts),
-        "securityContext": hardened_security_context(),
-        "volumeMounts": [{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}],
-    }
-    pod_spec: Manifest = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": pod_security_context(),
-        "containers": [container],
-        "volumes": [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": grading.report_ephemeral_storage}}],
-        **pod_dns(pins),
-    }
+    pod_spec = report_pod_spec(
+        report_command(run, store_uri),
+        grading,
+        env=pod_trace_env(run["metadata"].get("annotations")),
+        env_from=report_store_env_from(run, spec),
+        pins=pins,
+    )
     meta = object_meta(run, report_job_name(run["metadata"]["name"]), COMPONENT_REPORT)
     meta["labels"].update(kueue_labels(spec.queue_name, spec.priority_class_name))
     job: Manifest = {
