@@ -20,7 +20,7 @@ import json
 import re
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -276,14 +276,18 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def baselines(store: ObjectStore, models: dict[str, Path]) -> None:
-    """Held-out data staged for every protocol and seed, and the base model's baseline cached."""
+def baselines(store: ObjectStore, models: dict[str, Path]) -> Iterator[None]:
+    """Held-out data staged for every protocol and seed, and the base model's baseline cached (for
+    this module only: the cache entries go afterwards, since other modules evaluate the same
+    base model's baseline in the same store)."""
     digest = hash_tree(models["base"]).digest
+    keys: list[str] = []
     for protocol in PROTOCOLS:
         task = get_task("arith", protocol=protocol)  # type: ignore[arg-type]
         for seed in SEEDS:
             stage_to_store(task, store, source=None, seed=seed)
             key = cluster_baseline_cache_key(task, digest, EVAL_LIMIT, store, seed)
+            keys.append(key)
             store.put_json(
                 key,
                 {
@@ -302,6 +306,9 @@ def baselines(store: ObjectStore, models: dict[str, Path]) -> None:
                     "details": [],
                 },
             )
+    yield
+    for key in keys:
+        store.delete(key)
 
 
 @pytest.fixture(scope="module")
