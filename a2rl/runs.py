@@ -13,7 +13,8 @@ from typing import Any
 
 from a2rl import paths
 from a2rl.errors import A2rlError, NotFoundError
-from a2rl.records.base import load_record
+from a2rl.records.base import RecordError, load_record
+from a2rl.records.report import REPORT_SCHEMA_VERSION, ReportRecord
 from a2rl.records.run import RunRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
@@ -82,6 +83,21 @@ def read_run_info(store: ObjectStore, layout: RunLayout) -> RunInfo:
     except NotFoundError as exc:
         raise A2rlError(f"no run at {store.url_for(layout.prefix)} (run.json missing)") from exc
     return RunInfo.from_record(layout.prefix, record)
+
+
+def current_report(store: ObjectStore, info: RunInfo) -> ReportRecord | None:
+    """The run's `report/report.json` when it describes the run as it ended (None: no report, an
+    unreadable one, another schema, a run still going, or a report written before the end
+    run.json records)."""
+    if info.ended_at is None:
+        return None
+    try:
+        report = load_record(store, f"{info.layout.report_dir}/report.json", ReportRecord)
+    except (NotFoundError, RecordError):
+        return None
+    if report.schema_version != REPORT_SCHEMA_VERSION or parse_time(report.run.ended_at) != info.ended_at:
+        return None
+    return report
 
 
 def _run_json_keys(store: ObjectStore, namespace: str | None = None) -> list[str]:

@@ -28,8 +28,8 @@ from a2rl.campaign.matrix import PlannedRun
 from a2rl.campaign.rollup import FAILED, SUCCEEDED, RunOutcome
 from a2rl.constants import LABEL_CAMPAIGN
 from a2rl.errors import A2rlError, NotFoundError
-from a2rl.records.base import RecordError, load_record, read_record
-from a2rl.records.report import REPORT_SCHEMA_VERSION, ReportRecord
+from a2rl.records.base import read_record
+from a2rl.records.report import ReportRecord
 from a2rl.records.result import ResultRecord
 from a2rl.records.run import (
     COMPLETED,
@@ -38,7 +38,7 @@ from a2rl.records.run import (
     INTERRUPTED,
     NO_SUBMISSION,
 )
-from a2rl.runs import RunInfo, list_runs, parse_time
+from a2rl.runs import RunInfo, current_report, list_runs
 from a2rl.scores import Scored, round_score, summarize
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import CampaignLayout
@@ -48,7 +48,6 @@ from a2rl.store.layout import CampaignLayout
 SUCCEEDED_END_REASONS = frozenset({COMPLETED, DEADLINE_EXCEEDED, DRIVER_BUDGET_EXHAUSTED, NO_SUBMISSION})
 #: The phase of a run whose run.json has no `ended_at` (going, or its runner died).
 RUNNING = "Running"
-REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 _RESULT_KEY = re.compile(r"/submissions/(\d+)/result\.json$")
 _CAMPAIGN_JSON_KEY = re.compile(r"^campaigns/([^/]+)/([^/]+)/campaign\.json$")
@@ -103,20 +102,6 @@ class StoredOutcome:
     attempts: int
     #: The key of the run's report.html when the store has one.
     report_html: str | None
-
-
-def current_report(store: ObjectStore, info: RunInfo) -> ReportRecord | None:
-    """The run's report.json when it describes the run as it ended (None: none, unreadable, of
-    another schema, or written before the end run.json records)."""
-    if info.ended_at is None:
-        return None
-    try:
-        report = load_record(store, f"{info.layout.report_dir}/{REPORT_JSON}", ReportRecord)
-    except (NotFoundError, RecordError):
-        return None
-    if report.schema_version != REPORT_SCHEMA_VERSION or parse_time(report.run.ended_at) != info.ended_at:
-        return None
-    return report
 
 
 def _float(value: float | None) -> float | None:

@@ -14,19 +14,16 @@ from datetime import datetime
 from typing import Any, Literal
 
 from a2rl.constants import BASELINE_INDEX, LABEL_CAMPAIGN
-from a2rl.errors import NotFoundError
-from a2rl.records.base import RecordError, load_record, read_record
-from a2rl.records.report import REPORT_SCHEMA_VERSION, ReportRecord
+from a2rl.records.base import read_record
+from a2rl.records.report import ReportRecord
 from a2rl.records.result import ResultRecord
 from a2rl.records.run import AgentRef, RunRecord
-from a2rl.runs import RunInfo, parse_time
+from a2rl.runs import RunInfo, current_report, parse_time
 from a2rl.runs_admin.local_files import local_activity
 from a2rl.runs_admin.state import is_live, run_state
 from a2rl.scores import Scored, improvement, summarize
 from a2rl.store.base import ObjectStore
-from a2rl.store.layout import RunLayout
 
-REPORT_JSON = "report.json"
 _SUBMISSION_KEY = re.compile(r"/submissions/(\d+)/(manifest|result)\.json$")
 
 SubmissionStatus = Literal["valid", "invalid", "pending"]
@@ -140,24 +137,6 @@ def agent_label(agent: AgentRef | None) -> str:
         if not base.startswith("-") and not re.fullmatch(r"python[0-9.]*|uv|bash|sh|env", base):
             return word
     return " ".join(command) or (agent.image or "-")
-
-
-def report_key(layout: RunLayout) -> str:
-    return f"{layout.report_dir}/{REPORT_JSON}"
-
-
-def current_report(store: ObjectStore, info: RunInfo) -> ReportRecord | None:
-    """The stored report when it describes the run as it ended (None: no report, another schema,
-    a report of a run still going, or one written before the end run.json records)."""
-    if info.ended_at is None:
-        return None
-    try:
-        report = load_record(store, report_key(info.layout), ReportRecord)
-    except (NotFoundError, RecordError):
-        return None
-    if report.schema_version != REPORT_SCHEMA_VERSION or parse_time(report.run.ended_at) != info.ended_at:
-        return None
-    return report
 
 
 def summary_from_report(info: RunInfo, state: str, report: ReportRecord) -> RunSummary:

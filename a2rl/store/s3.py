@@ -132,15 +132,20 @@ class S3Store(ObjectStore):
             raise
         return True
 
-    def list(self, prefix: str) -> Iterator[str]:
-        """Keys under the folder `prefix` (`""` = all), in lexicographic order (S3 lists in that order)."""
+    def _listed(self, prefix: str) -> Iterator[tuple[str, int]]:
+        """(key, size) of each object under the folder `prefix`, in lexicographic order."""
         folder = check_prefix(prefix)
         full = "/".join(p for p in (self.prefix, folder) if p)
         strip = len(self.prefix) + 1 if self.prefix else 0
         for obj in self.client.list_objects(self.bucket, prefix=f"{full}/" if full else None, recursive=True):
             name = obj.object_name
             if name is not None and not name.endswith("/"):
-                yield name[strip:]
+                yield name[strip:], obj.size or 0
+
+    def list(self, prefix: str) -> Iterator[str]:
+        """Keys under the folder `prefix` (`""` = all), in lexicographic order (S3 lists in that order)."""
+        for key, _ in self._listed(prefix):
+            yield key
 
     def copy(self, src: str, dst: str) -> None:
         """Server-side copy (a single CopyObject: objects up to 5 GiB; larger ones go through the
@@ -180,13 +185,7 @@ class S3Store(ObjectStore):
         return len(keys)
 
     def sizes(self, prefix: str) -> Iterator[tuple[str, int]]:
-        folder = check_prefix(prefix)
-        full = "/".join(p for p in (self.prefix, folder) if p)
-        strip = len(self.prefix) + 1 if self.prefix else 0
-        for obj in self.client.list_objects(self.bucket, prefix=f"{full}/" if full else None, recursive=True):
-            name = obj.object_name
-            if name is not None and not name.endswith("/"):
-                yield name[strip:], obj.size or 0
+        return self._listed(prefix)
 
     def modified_at(self, key: str) -> datetime | None:
         try:

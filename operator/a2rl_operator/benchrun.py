@@ -374,6 +374,12 @@ def _refresh_on_change(body: kopf.Body, memo: Any, type: str | None, fingerprint
     owner = _owner_run(body)
     if owner is None or not _SEEN.is_new(uid, fingerprint):
         return
+    _refresh_observed(memo, owner, uid)
+
+
+def _refresh_observed(memo: Any, owner: tuple[str, str], uid: str) -> None:
+    """Refresh the run `owner` after a change of the object `uid` was marked seen; a failed refresh
+    forgets that mark, so the next event of the object is not skipped."""
     try:
         refresh(memo.kube, *owner, config=memo.config)
     except BaseException:
@@ -408,11 +414,7 @@ def on_workload(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
         or labels.get(LABEL_COMPONENT) != COMPONENT_AGENT
     ):
         return
-    try:
-        refresh(memo.kube, *owner, config=memo.config)
-    except BaseException:
-        _SEEN.forget(uid)  # not observed after all: the next event must not be skipped
-        raise
+    _refresh_observed(memo, owner, uid)
 
 
 def _is_quota_event(body: kopf.Body, **_: Any) -> bool:
