@@ -38,6 +38,8 @@ ANNOTATION_TRACE_CONTEXT: Final = "opentelemetry.io/trace-context"
 ANNOTATION_FORCE_FINALIZE: Final = f"{API_GROUP}/force-finalize"
 ANNOTATION_DO_NOT_DISRUPT: Final = "karpenter.sh/do-not-disrupt"
 FINALIZER: Final = f"{API_GROUP}/artifact-retention"
+# The Lease `a2rl operator --leader-elect` replicas elect their leader with (their namespace).
+OPERATOR_LEASE: Final = "a2rl-operator"
 
 COMPONENT_AGENT: Final = "agent"
 COMPONENT_RECORDER: Final = "recorder"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -191,7 +191,13 @@ class Registry:
 
     def __init__(self) -> None:
         self._metrics: dict[str, _Metric] = {}
+        self._collectors: list[Callable[[], None]] = []
         self._lock = threading.Lock()
+
+    def on_collect(self, collector: Callable[[], None]) -> None:
+        """Call `collector` before each render: gauges recomputed from what the process holds."""
+        with self._lock:
+            self._collectors.append(collector)
 
     def _add(self, metric: _Metric) -> None:
         with self._lock:
@@ -221,6 +227,10 @@ class Registry:
         return metric
 
     def render(self) -> str:
+        with self._lock:
+            collectors = list(self._collectors)
+        for collector in collectors:
+            collector()
         with self._lock:
             metrics = sorted(self._metrics.values(), key=lambda m: m.name)
         lines: list[str] = []

@@ -122,8 +122,21 @@ class ResourceValues(ApiModel):
     limits: dict[str, Quantity] = Field(default_factory=dict, description="Limits.")
 
 
+class ServiceMonitorValues(ApiModel):
+    """A Prometheus Operator ServiceMonitor of the operator's `/metrics` (needs its CRD)."""
+
+    enabled: bool = Field(default=False, description="Create the ServiceMonitor.")
+    interval: str = Field(
+        default="30s", pattern=r"^[0-9]+(ms|s|m|h)$", description="How often Prometheus scrapes."
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels of the ServiceMonitor, e.g. the `release` your Prometheus selects.",
+    )
+
+
 class OperatorValues(ApiModel):
-    """The operator Deployment (one replica: kopf runs standalone)."""
+    """The operator Deployment: one replica, or several that elect a leader."""
 
     image: ImageValues = Field(
         default_factory=ImageValues, description="Operator image (runs `a2rl operator`)."
@@ -134,12 +147,24 @@ class OperatorValues(ApiModel):
     extra_args: list[str] = Field(
         default_factory=list, description='Extra arguments of `a2rl operator`, e.g. `["--verbose"]`.'
     )
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="Operator replicas. Above 1 they elect a leader through the Lease `a2rl-operator` in "
+        "the release namespace: one reconciles, the others stand by and take over within about 15 s "
+        "when it stops (`a2rl operator --leader-elect`).",
+    )
     health_port: int = Field(
         default=8080,
         ge=1,
         le=65535,
-        description="Port of the operator's probes: liveness `/healthz` (the process answers), "
-        "readiness `/readyz` (started, and the API server answers).",
+        description="Port of the operator's probes and metrics: liveness `/healthz` (the process "
+        "answers), readiness `/readyz` (started, and the API server answers), Prometheus `/metrics`.",
+    )
+    service_monitor: ServiceMonitorValues = Field(
+        default_factory=ServiceMonitorValues,
+        description="Scrape `/metrics` with the Prometheus Operator (the metrics Service always exists).",
     )
     resources: ResourceValues = Field(
         default_factory=lambda: ResourceValues(
@@ -349,7 +374,7 @@ class ChartValues(ApiModel):
     )
     operator: OperatorValues = Field(
         default_factory=OperatorValues,
-        description="The operator Deployment (one replica: kopf runs standalone).",
+        description="The operator Deployment: one replica, or several that elect a leader.",
     )
     recorder: RecorderValues = Field(
         default_factory=RecorderValues, description="a2rl images of each run's workspace pod."

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from a2rl.errors import A2rlError
 
@@ -77,6 +78,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="seconds a queued run may wait for Kueue's first admission before it fails NotScheduled "
         "(default: $A2RL_QUEUE_TIMEOUT, else no limit)",
     )
+    p.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run as one of several replicas: only the holder of the Lease a2rl-operator reconciles, "
+        "the others stand by and take over when it stops or stops renewing",
+    )
+    p.add_argument(
+        "--leader-elect-namespace",
+        help="namespace of the Lease (default: $POD_NAMESPACE, the pod's namespace, else default)",
+    )
+    for flag, default, what in (
+        ("lease-duration", 15.0, "how long a Lease not renewed stays with its holder"),
+        ("renew-deadline", 10.0, "how long the leader keeps trying to renew before it stops"),
+        ("retry-period", 2.0, "how often the leader renews and a standby tries"),
+    ):
+        p.add_argument(f"--leader-elect-{flag}", type=float, default=default, metavar="SECONDS",
+                       help=f"{what} (default {default:g})")  # fmt: skip
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=run)
 
@@ -152,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
     import kopf
     from a2rl_operator import health
     from a2rl_operator.kube import Kube
+    from a2rl_operator.metrics import OperatorMetrics
     from a2rl_operator.registry import MAX_WORKERS, build_registry
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
@@ -167,26 +186,76 @@ def run(args: argparse.Namespace) -> int:
     api_config = client.Configuration.get_default_copy()
     # One pooled connection per handler thread (kopf's sync handlers run in a thread pool).
     api_config.connection_pool_maxsize = MAX_WORKERS + 4
-    memo = kopf.Memo(kube=Kube(client.ApiClient(api_config)), config=operator_config)
+    metrics = OperatorMetrics()
+    memo = kopf.Memo(kube=Kube(client.ApiClient(api_config)), config=operator_config, metrics=metrics)
     kopf.configure(verbose=args.verbose, debug=args.verbose)
+    elector = _elector(args, client.ApiClient(api_config), metrics) if args.leader_elect else None
 
-    async def main() -> None:
+    def standby() -> str | None:
+        if elector is None or metrics.leader.value() == 1:
+            return None
+        return f"the Lease is held by {elector.holder or 'another replica'}"
+
+    async def main() -> int:
         started = asyncio.Event()  # kopf raises it once its startup handlers have run
         async with contextlib.AsyncExitStack() as stack:
             if health_address is not None:
                 check = health.ApiServerCheck(health.kubernetes_probe(api_config))
-                await stack.enter_async_context(
-                    health.serving(*health_address, health.Readiness(started, check))
+                readiness = health.Readiness(started, check, standby)
+                await stack.enter_async_context(health.serving(*health_address, readiness, metrics.render))
+            if elector is None:
+                metrics.leader.set(1)
+            else:
+                await elector.acquire()
+            operator = asyncio.create_task(
+                kopf.operator(
+                    registry=build_registry(operator_config),
+                    # No kopf peering: one replica, or one leader of several (--leader-elect).
+                    standalone=True,
+                    clusterwide=not args.namespace,
+                    namespaces=args.namespace,
+                    ready_flag=started,
+                    memo=memo,
                 )
-            await kopf.operator(
-                registry=build_registry(operator_config),
-                standalone=True,  # one replica (Recreate); no kopf peering objects, no extra RBAC
-                clusterwide=not args.namespace,
-                namespaces=args.namespace,
-                ready_flag=started,
-                memo=memo,
             )
+            if elector is None:
+                await operator
+                return 0
+            holding = asyncio.create_task(elector.hold())
+            await asyncio.wait({operator, holding}, return_when=asyncio.FIRST_COMPLETED)
+            if holding.done():
+                # Another replica may take over once the Lease expires: stop acting now, handlers
+                # in flight included (their effects are idempotent and the next leader resumes).
+                logging.getLogger("a2rl.operator").error("exiting: this replica no longer leads")
+                logging.shutdown()
+                os._exit(LOST_LEADERSHIP_EXIT)
+            holding.cancel()
+            await operator
+            await asyncio.to_thread(elector.release)
+            return 0
 
     with contextlib.suppress(asyncio.CancelledError):  # as kopf.run: a stop by signal
-        asyncio.run(main())
+        return asyncio.run(main())
     return 0
+
+
+LOST_LEADERSHIP_EXIT = 3
+
+
+def _elector(args: argparse.Namespace, api: Any, metrics: Any) -> Any:
+    from a2rl_operator import leader
+
+    settings = leader.LeaseSettings(
+        namespace=args.leader_elect_namespace or leader.default_namespace(),
+        identity=leader.default_identity(),
+        lease_duration_s=args.leader_elect_lease_duration,
+        renew_deadline_s=args.leader_elect_renew_deadline,
+        retry_period_s=args.leader_elect_retry_period,
+    )
+    for problem in settings.problems():
+        raise A2rlError(problem)
+    return leader.LeaderElector(
+        leader.LeaseClient(api, settings),
+        settings,
+        on_change=lambda leading: metrics.leader.set(int(leading)),
+    )

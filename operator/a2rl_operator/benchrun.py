@@ -85,6 +85,7 @@ from a2rl_operator.manifests.job import AGENT_CONTAINER, RECORDER_CONTAINER, wor
 from a2rl_operator.manifests.network import GatewayError, parse_gateway
 from a2rl_operator.manifests.report_job import report_job, report_job_name
 from a2rl_operator.manifests.secret import report_store_secret, store_uri
+from a2rl_operator.metrics import timed
 from a2rl_operator.retention import retain
 from a2rl_operator.run_tracing import now_ns, operator_tracing, record_root_span, record_run_span
 from a2rl_operator.status_writer import run_ref, write_status
@@ -685,25 +686,27 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     """Add the BenchRun handlers to `registry`, in the order kopf must run them: the workspace
     reconcile before `grading-mark` (which needs the run Accepted or refused)."""
     run = (API_GROUP, API_VERSION, BENCHRUN_PLURAL)
-    kopf.on.create(*run, registry=registry)(on_benchrun)
-    kopf.on.resume(*run, registry=registry)(on_benchrun)
-    kopf.timer(*run, interval=RESYNC_S, initial_delay=RESYNC_S, when=_in_flight, registry=registry)(resync)
+    kopf.on.create(*run, registry=registry)(timed(on_benchrun))
+    kopf.on.resume(*run, registry=registry)(timed(on_benchrun))
+    kopf.timer(*run, interval=RESYNC_S, initial_delay=RESYNC_S, when=_in_flight, registry=registry)(
+        timed(resync)
+    )
     if config.queue_timeout_s is not None:  # the queueing limit, checked a few times within it
         every = min(30.0, max(1.0, config.queue_timeout_s / 4))
         kopf.timer(*run, id="queue-limit", interval=every, when=_waiting_for_admission,
-                   registry=registry)(queue_limit)  # fmt: skip
-    kopf.on.delete(*run, registry=registry)(on_benchrun_delete)
-    kopf.on.event("batch", "v1", "jobs", labels=CHILD_LABELS, registry=registry)(on_job)
-    kopf.on.event("", "v1", "pods", labels=CHILD_LABELS, registry=registry)(on_pod)
-    kopf.on.event("", "v1", "events", when=_is_quota_event, registry=registry)(on_quota_event)
+                   registry=registry)(timed(queue_limit))  # fmt: skip
+    kopf.on.delete(*run, registry=registry)(timed(on_benchrun_delete))
+    kopf.on.event("batch", "v1", "jobs", labels=CHILD_LABELS, registry=registry)(timed(on_job))
+    kopf.on.event("", "v1", "pods", labels=CHILD_LABELS, registry=registry)(timed(on_pod))
+    kopf.on.event("", "v1", "events", when=_is_quota_event, registry=registry)(timed(on_quota_event))
     # Kueue's Workloads (where Kueue is installed; kopf serves the resource once its CRD exists).
     workloads = (queueing.WORKLOAD_GROUP, queueing.WORKLOAD_VERSION, queueing.WORKLOAD_PLURAL)
-    kopf.on.event(*workloads, registry=registry)(on_workload)
+    kopf.on.event(*workloads, registry=registry)(timed(on_workload))
     # The end of the run (no-ops while grading is off).
-    kopf.on.create(*run, id="grading-mark", registry=registry)(on_run_created)
-    kopf.on.resume(*run, id="grading-mark", registry=registry)(on_run_created)
-    kopf.on.event(*run, when=_finished_and_open, registry=registry)(on_run_finished)
-    kopf.on.event("batch", "v1", "jobs", labels=REPORT_JOB_LABELS, registry=registry)(on_report_job)
+    kopf.on.create(*run, id="grading-mark", registry=registry)(timed(on_run_created))
+    kopf.on.resume(*run, id="grading-mark", registry=registry)(timed(on_run_created))
+    kopf.on.event(*run, when=_finished_and_open, registry=registry)(timed(on_run_finished))
+    kopf.on.event("batch", "v1", "jobs", labels=REPORT_JOB_LABELS, registry=registry)(timed(on_report_job))
     resync_s = config.grading.resync_s
     kopf.timer(*run, id="grading-resync", interval=resync_s, initial_delay=resync_s, when=_being_graded,
-               registry=registry)(grading_resync)  # fmt: skip
+               registry=registry)(timed(grading_resync))  # fmt: skip

@@ -65,6 +65,7 @@ from a2rl_operator.manifests import parse_spec
 from a2rl_operator.manifests.eval_job import EvalTarget, eval_job, eval_job_name
 from a2rl_operator.manifests.grading_network import UrlPeerError, grading_policy_name
 from a2rl_operator.manifests.secret import eval_store_secret, store_uri
+from a2rl_operator.metrics import timed
 from a2rl_operator.run_tracing import now_ns, operator_tracing, record_run_span
 from a2rl_operator.status_writer import write_status
 
@@ -353,5 +354,5 @@ def on_eval_job(body: kopf.Body, memo: Any, type: str | None, logger: Logger, **
 
 def register(registry: kopf.OperatorRegistry) -> None:
     """Add the BenchSubmission handlers to `registry`."""
-    kopf.on.event(API_GROUP, API_VERSION, BENCHSUBMISSION_PLURAL, registry=registry)(on_submission)
-    kopf.on.event("batch", "v1", "jobs", labels=EVAL_JOB_LABELS, registry=registry)(on_eval_job)
+    kopf.on.event(API_GROUP, API_VERSION, BENCHSUBMISSION_PLURAL, registry=registry)(timed(on_submission))
+    kopf.on.event("batch", "v1", "jobs", labels=EVAL_JOB_LABELS, registry=registry)(timed(on_eval_job))

@@ -58,6 +58,7 @@ from a2rl_operator.grading.store import open_cached
 from a2rl_operator.kube import Kube, NamespaceTerminatingError, is_namespace_terminating
 from a2rl_operator.manifests import campaign_report as cr
 from a2rl_operator.manifests.secret import store_uri
+from a2rl_operator.metrics import timed
 
 Body = dict[str, Any]
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -450,14 +451,14 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     """Add the BenchCampaign handlers to `registry`."""
     del config
     camp = (API_GROUP, API_VERSION, BENCHCAMPAIGN_PLURAL)
-    kopf.on.create(*camp, id="campaign-create", registry=registry)(on_campaign)
-    kopf.on.resume(*camp, id="campaign-resume", registry=registry)(on_campaign)
-    kopf.on.update(*camp, id="campaign-update", field="spec", registry=registry)(on_campaign)
+    kopf.on.create(*camp, id="campaign-create", registry=registry)(timed(on_campaign))
+    kopf.on.resume(*camp, id="campaign-resume", registry=registry)(timed(on_campaign))
+    kopf.on.update(*camp, id="campaign-update", field="spec", registry=registry)(timed(on_campaign))
     kopf.timer(
         *camp, id="campaign-resync", interval=RESYNC_S, initial_delay=RESYNC_S, when=_open, registry=registry
-    )(resync)
+    )(timed(resync))
     # Optional: no finalizer. Deleting a campaign is the garbage collector's (its runs keep theirs).
-    kopf.on.delete(*camp, id="campaign-delete", optional=True, registry=registry)(on_campaign_delete)
+    kopf.on.delete(*camp, id="campaign-delete", optional=True, registry=registry)(timed(on_campaign_delete))
     kopf.on.event(
         API_GROUP,
         API_VERSION,
@@ -465,12 +466,12 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         id="campaign-runs",
         labels={LABEL_CAMPAIGN: kopf.PRESENT},
         registry=registry,
-    )(on_campaign_run)
+    )(timed(on_campaign_run))
     report_labels: dict[str, Any] = {
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_COMPONENT: COMPONENT_REPORT,
         LABEL_CAMPAIGN: kopf.PRESENT,
     }
     kopf.on.event("batch", "v1", "jobs", id="campaign-report-job", labels=report_labels, registry=registry)(
-        on_report_job
+        timed(on_report_job)
     )

@@ -1,4 +1,5 @@
-"""The operator's probes: liveness and readiness, on one small HTTP server in kopf's event loop.
+"""The operator's probes: liveness and readiness, on one small HTTP server in kopf's event loop
+(with its Prometheus metrics, `GET /metrics`, a2rl_operator.metrics).
 
 - `GET /healthz` (liveness) answers 200 while the process and its event loop run. It never asks
   the API server: a control-plane blip must not make the kubelet restart every operator (kopf
@@ -25,8 +26,11 @@ from typing import Any
 from aiohttp import web
 from kubernetes import client
 
+from a2rl.metrics import CONTENT_TYPE
+
 LIVENESS_PATH = "/healthz"
 READINESS_PATH = "/readyz"
+METRICS_PATH = "/metrics"
 #: Connect and read timeout of the readiness check's request to the API server.
 CHECK_TIMEOUT_S = 2.0
 #: How long an answer of the API server (good or bad) stands for.
@@ -112,16 +116,23 @@ def kubernetes_probe(api_config: Any, timeout_s: float = CHECK_TIMEOUT_S) -> Cal
 
 @dataclass
 class Readiness:
-    """Ready = `started` is set (kopf's ready flag) and `check` says the API server answers."""
+    """Ready = `started` is set (kopf's ready flag) and `check` says the API server answers. A
+    standby replica (`standby()` says why: another replica leads) is ready when the API server
+    answers: it is healthy, waiting to take over."""
 
     started: asyncio.Event
     check: Callable[[], Any]  # async () -> Verdict
+    standby: Callable[[], str | None] = lambda: None
 
     async def __call__(self) -> Verdict:
+        waiting = self.standby()
+        if waiting is not None:
+            verdict: Verdict = await self.check()
+            return Verdict(verdict.ok, f"standby: {waiting}" if verdict.ok else verdict.reason)
         if not self.started.is_set():
             return Verdict(False, "starting: kopf's startup handlers have not finished")
-        verdict: Verdict = await self.check()
-        return verdict
+        ready: Verdict = await self.check()
+        return ready
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -133,8 +144,11 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 @asynccontextmanager
-async def serving(host: str, port: int, readiness: Callable[[], Any]) -> AsyncIterator[int]:
-    """The probe server on `host:port` while the block runs; yields the bound port (`port` 0: any)."""
+async def serving(
+    host: str, port: int, readiness: Callable[[], Any], metrics: Callable[[], str] | None = None
+) -> AsyncIterator[int]:
+    """The probe server on `host:port` while the block runs; yields the bound port (`port` 0: any).
+    With `metrics` (the exposition text), it also answers `GET /metrics` for Prometheus."""
 
     async def live(_: web.Request) -> web.Response:
         return web.json_response({"alive": True})
@@ -145,8 +159,14 @@ async def serving(host: str, port: int, readiness: Callable[[], Any]) -> AsyncIt
             {"ready": verdict.ok, "reason": verdict.reason}, status=200 if verdict.ok else 503
         )
 
+    async def scrape(_: web.Request) -> web.Response:
+        assert metrics is not None
+        return web.Response(body=metrics().encode(), headers={"Content-Type": CONTENT_TYPE})
+
     app = web.Application()
     app.add_routes([web.get(LIVENESS_PATH, live), web.get(READINESS_PATH, ready)])
+    if metrics is not None:
+        app.add_routes([web.get(METRICS_PATH, scrape)])
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

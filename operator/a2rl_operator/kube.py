@@ -38,7 +38,7 @@ def none_if_missing(call: Callable[[], T]) -> T | None:
         raise
 
 
-def _raw(response: Any) -> Obj:
+def raw(response: Any) -> Obj:
     """The JSON body of a `_preload_content=False` call: the typed models of the kubernetes
     client cost CPU per object on every read, and the operator works with wire dicts anyway."""
     data: Obj = json.loads(response.data)
@@ -124,7 +124,7 @@ class Kube:
                 raise
         if read is None:
             return False
-        existing = _raw(read(meta["name"], meta["namespace"], _preload_content=False))
+        existing = raw(read(meta["name"], meta["namespace"], _preload_content=False))
         owners = (existing.get("metadata") or {}).get("ownerReferences") or []
         if not any(o.get("uid") == owner_uid for o in owners):
             raise NameConflictError(
@@ -137,9 +137,7 @@ class Kube:
         meta = manifest["metadata"]
         read = self._ops(manifest["kind"])[1]
         assert read is not None, f"the operator does not read {manifest['kind']}s"
-        existing = none_if_missing(
-            lambda: _raw(read(meta["name"], meta["namespace"], _preload_content=False))
-        )
+        existing = none_if_missing(lambda: raw(read(meta["name"], meta["namespace"], _preload_content=False)))
         owners = ((existing or {}).get("metadata") or {}).get("ownerReferences") or []
         return existing if any(o.get("uid") == owner_uid for o in owners) else None
 
@@ -148,7 +146,7 @@ class Kube:
     def service_cluster_ip(self, namespace: str, name: str) -> str | None:
         """A Service's ClusterIP; None when it is missing or headless."""
         svc = none_if_missing(
-            lambda: _raw(self.core.read_namespaced_service(name, namespace, _preload_content=False))
+            lambda: raw(self.core.read_namespaced_service(name, namespace, _preload_content=False))
         )
         ip = ((svc or {}).get("spec") or {}).get("clusterIP")
         return ip if ip and ip != "None" else None
@@ -166,11 +164,11 @@ class Kube:
 
     def get_job(self, namespace: str, name: str) -> Obj | None:
         return none_if_missing(
-            lambda: _raw(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
+            lambda: raw(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
         )
 
     def newest_pod(self, namespace: str, run_uid: str, component: str) -> Obj | None:
-        pods = _raw(
+        pods = raw(
             self.core.list_namespaced_pod(
                 namespace,
                 label_selector=f"{LABEL_RUN_UID}={run_uid},{LABEL_COMPONENT}={component}",

@@ -21,10 +21,15 @@ Why each rule (least privilege):
   only — the operator never reads a Secret.
 - pods, jobs, events: watch to mirror state; events create/patch to post Kubernetes Events.
 - customresourcedefinitions list/watch: kopf notices CRD changes at run time.
+- namespaces list/watch: an operator given namespaces (`--namespace`, the chart's
+  `operator.watchNamespaces`) has kopf list them first; without this kopf retried the refused
+  list for about 40 s before it reconciled anything.
 - Kueue's workloads get/list/watch: a queued run's status carries Kueue's reason for waiting and
   its evictions; patch: deactivate (`spec.active: false`) the Workload of a run that reached the
   queueing limit (`--queue-timeout`) or was preempted after its budget clock started, so Kueue
   never starts it (again).
+- leases: `--leader-elect` replicas hold the Lease `a2rl-operator` (create it; get and update that
+  one Lease only).
 """
 
 from __future__ import annotations
@@ -34,7 +39,13 @@ from typing import Any
 
 import yaml
 
-from a2rl.constants import API_GROUP, BENCHCAMPAIGN_PLURAL, BENCHRUN_PLURAL, BENCHSUBMISSION_PLURAL
+from a2rl.constants import (
+    API_GROUP,
+    BENCHCAMPAIGN_PLURAL,
+    BENCHRUN_PLURAL,
+    BENCHSUBMISSION_PLURAL,
+    OPERATOR_LEASE,
+)
 
 Rule = dict[str, list[str]]
 
@@ -79,6 +90,7 @@ RULES: list[Rule] = [
     },
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "list", "watch"]},
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list", "watch"]},
@@ -93,6 +105,13 @@ RULES: list[Rule] = [
         "apiGroups": ["apiextensions.k8s.io"],
         "resources": ["customresourcedefinitions"],
         "verbs": ["list", "watch"],
+    },
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": [OPERATOR_LEASE],
+        "verbs": ["get", "update"],
     },
 ]
 

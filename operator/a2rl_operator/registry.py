@@ -13,8 +13,8 @@ from typing import Any
 
 import kopf
 
-from a2rl.constants import API_GROUP, FINALIZER
-from a2rl_operator import benchrun, benchsubmission, campaign
+from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, BENCHSUBMISSION_PLURAL, FINALIZER
+from a2rl_operator import benchrun, benchsubmission, campaign, metrics
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.manifests.grading_network import egress_problems
 
@@ -58,4 +58,10 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     benchrun.register(registry, config)
     benchsubmission.register(registry)
     campaign.register(registry, config)
+    # /metrics: every run's and submission's state, from the watch kopf keeps anyway.
+    for plural, observe in (
+        (BENCHRUN_PLURAL, metrics.on_run_event),
+        (BENCHSUBMISSION_PLURAL, metrics.on_submission_event),
+    ):
+        kopf.on.event(API_GROUP, API_VERSION, plural, id="metrics", registry=registry)(observe)
     return registry

@@ -77,7 +77,7 @@ def operator_container(deployment: dict[str, Any]) -> dict[str, Any]:
 
 
 def env_of(container: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container.get("env") or []}
+    return {e["name"]: e["value"] for e in container.get("env") or [] if "value" in e}
 
 
 def test_helm_lint_strict_passes_with_the_default_and_the_full_values(helm: Helm) -> None:
@@ -92,10 +92,15 @@ def test_helm_template_of_the_default_values(helm: Helm) -> None:
         ("ServiceAccount", "rel-a2rl-operator"),
         ("ClusterRole", "rel-a2rl-operator"),
         ("ClusterRoleBinding", "rel-a2rl-operator"),
+        ("Service", "rel-a2rl-operator-metrics"),
     }
-    container = operator_container(docs["Deployment", "rel-a2rl-operator"])
+    deployment = docs["Deployment", "rel-a2rl-operator"]
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    container = operator_container(deployment)
     assert container["image"] == "ghcr.io/a2rl/operator:0.1.0"
-    assert "--health=0.0.0.0:8080" in container["args"]
+    assert "--health=0.0.0.0:8080" in container["args"] and "--leader-elect" not in container["args"]
+    metrics = docs["Service", "rel-a2rl-operator-metrics"]["spec"]
+    assert metrics["ports"] == [{"name": "http-metrics", "port": 8080, "targetPort": "health"}]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert PodDefaults.model_validate_json(env_of(container)[ENV_POD_DEFAULTS]) == PodDefaults()
@@ -109,7 +114,19 @@ def test_helm_template_of_every_value(helm: Helm) -> None:
         ("Deployment", "a2rl-bench-operator"),
         ("ValidatingAdmissionPolicy", "a2rl-bench-benchrun-limits"),
         ("ValidatingAdmissionPolicyBinding", "a2rl-bench-benchrun-limits"),
+        ("Service", "a2rl-bench-operator-metrics"),
+        ("ServiceMonitor", "a2rl-bench-operator"),
     }
+    # Two replicas: they elect a leader, and roll one at a time.
+    deployment = docs["Deployment", "a2rl-bench-operator"]
+    assert deployment["spec"]["replicas"] == 2 and deployment["spec"]["strategy"] == {"type": "RollingUpdate"}
+    assert "--leader-elect" in operator_container(deployment)["args"]
+    monitor = docs["ServiceMonitor", "a2rl-bench-operator"]
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["endpoints"] == [{"port": "http-metrics", "path": "/metrics", "interval": "15s"}]
+    assert monitor["spec"]["selector"]["matchLabels"] == docs["Service", "a2rl-bench-operator-metrics"]["spec"][
+        "selector"
+    ]
     policy = docs["ValidatingAdmissionPolicy", "a2rl-bench-benchrun-limits"]["spec"]["validations"]
     assert len(policy) == 4  # wall time, agent GPUs, eval GPUs, registries (knownTasksOnly: false)
     binding = docs["ValidatingAdmissionPolicyBinding", "a2rl-bench-benchrun-limits"]["spec"]
@@ -180,8 +197,9 @@ def test_helm_install_into_the_control_plane(installed: tuple[Helm, str, str], c
 
     full = ChartValues.model_validate(yaml.safe_load(FULL.read_text()))
     start = time.monotonic()
-    helm("install", release, str(CHART), "-n", ns, "-f", str(FULL),
-         "--set", f"rbac.create=true,fullnameOverride={release}")  # fmt: skip
+    # Without the ServiceMonitor: the Prometheus Operator's CRD is not part of the test cluster.
+    helm("install", release, str(CHART), "-n", ns, "-f", str(FULL), "--set",
+         f"rbac.create=true,fullnameOverride={release},operator.serviceMonitor.enabled=false")  # fmt: skip
     print(f"helm install: {time.monotonic() - start:.1f}s")
 
     # The CRDs (from crds/; present already when other tests installed them), established.
@@ -203,7 +221,9 @@ def test_helm_install_into_the_control_plane(installed: tuple[Helm, str, str], c
     assert PodDefaults.model_validate_json(env[ENV_POD_DEFAULTS]) == full.pod_defaults
     assert json.loads(env[ENV_IMAGE_PULL_SECRETS]) == [{"name": "regcred"}]
     assert deployment["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
-    assert deployment["spec"]["strategy"]["type"] == "Recreate" and deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate" and deployment["spec"]["replicas"] == 2
+    assert "--leader-elect" in container["args"]
+    assert any("leases" in r.resources and r.resource_names == ["a2rl-operator"] for r in role.rules)
 
     helm("uninstall", release, "-n", ns, "--wait")
     with pytest.raises(ApiException) as gone:

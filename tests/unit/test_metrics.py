@@ -50,6 +50,15 @@ def test_set_all_replaces_every_series() -> None:
     assert 'phase="Pending"' not in registry.render()
 
 
+def test_collectors_run_before_each_render() -> None:
+    registry = Registry()
+    seen = registry.gauge("a2rl_seen", "Seen.")
+    count = iter(range(1, 10))
+    registry.on_collect(lambda: seen.set(next(count)))
+    assert "a2rl_seen 1\n" in registry.render()
+    assert "a2rl_seen 2\n" in registry.render()
+
+
 @pytest.mark.parametrize(
     ("action", "message"),
     [

@@ -23,7 +23,11 @@ def test_operator_never_reads_secrets_nor_updates_or_deletes_children() -> None:
             assert rule["verbs"] == ["create"]
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
         assert "escalate" not in rule["verbs"] and "bind" not in rule["verbs"]
-        if rule["apiGroups"] != ["a2rl.dev"]:
+        if rule["apiGroups"] == ["coordination.k8s.io"] and "update" in rule["verbs"]:
+            # Leader election renews its own Lease, that one only.
+            assert rule["resources"] == ["leases"] and rule["resourceNames"] == ["a2rl-operator"]
+            assert rule["verbs"] == ["get", "update"]
+        elif rule["apiGroups"] != ["a2rl.dev"]:
             assert "delete" not in rule["verbs"] and "update" not in rule["verbs"]
 
 
