@@ -207,8 +207,14 @@ def run(args: argparse.Namespace) -> int:
                 metrics.leader.set(1)
             else:
                 await elector.acquire()
+            settings = kopf.OperatorSettings()
+            # With namespaces given, kopf would watch Namespaces and stop serving one as soon as it
+            # is marked for deletion, its BenchRuns' finalizers still pending (they never finish):
+            # the namespaces are taken as given instead (Kueue's CRD must exist at start-up then).
+            settings.scanning.disabled = bool(args.namespace)
             operator = asyncio.create_task(
                 kopf.operator(
+                    settings=settings,
                     registry=build_registry(operator_config),
                     # No kopf peering: one replica, or one leader of several (--leader-elect).
                     standalone=True,

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import kopf
 from a2rl_tasks import TASKS, get_task
@@ -146,6 +146,8 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
     """Create whatever is missing for the run (safe to call any number of times)."""
     meta = body["metadata"]
     ns, name = meta["namespace"], meta["name"]
+    if ns in kube.terminating:
+        return  # everything in it is going: nothing to create, no status to write
     conds = st.run_conditions(body)
     accepted = st.get_condition(conds, COND_ACCEPTED)
     done = st.is_terminal(conds) or st.get_condition(conds, COND_AGENT_FINISHED) is not None
@@ -196,20 +198,15 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
     if any(c.startswith("Secret ") for c in created):
         scoped = access.credentials is not None
         logger.log(logging.INFO if scoped else logging.WARNING, "BenchRun %s/%s: %s", ns, name, access.reason)
-        kopf.event(
-            cast(Any, run_ref(body)),
-            type="Normal" if scoped else "Warning",
-            reason=store_access.R_SCOPED if scoped else store_access.R_NOT_SCOPED,
-            message=access.reason,
+        kube.post_event(
+            run_ref(body),
+            "Normal" if scoped else "Warning",
+            store_access.R_SCOPED if scoped else store_access.R_NOT_SCOPED,
+            access.reason,
         )
     if created:
         logger.info("BenchRun %s/%s: created %s", ns, name, ", ".join(created))
-        kopf.event(
-            cast(Any, run_ref(body)),
-            type="Normal",
-            reason="CreatedWorkspace",
-            message="created " + ", ".join(created),
-        )
+        kube.post_event(run_ref(body), "Normal", "CreatedWorkspace", "created " + ", ".join(created))
         try:  # best effort: a store without credentials or a flaky one never fails the reconcile
             tracing = operator_tracing(store_uri(parse_spec(body), config))
             attrs: dict[str, str | int] = {"a2rl.created": ", ".join(created)}
@@ -232,9 +229,11 @@ def refresh(
 ) -> list[st.Change]:
     """Mirror the workspace Job and its pod into the run's conditions; with `config`, a stack
     run's driver usage too (`driver_usage`: `driverTokens`, `driverCostUSD`, the budget's refusal)."""
+    if namespace in kube.terminating:
+        return []  # its namespace is being deleted: no reads, no status, no Events
     run = kube.get_run(namespace, name)
     if run is None or run["metadata"].get("deletionTimestamp"):
-        return []  # a run being deleted gets no new conditions (nor Events in a dying namespace)
+        return []  # a run being deleted gets no new conditions
     uid = run["metadata"]["uid"]
     # The run, then its pod, then the Job: what says the budget clock started is read before the
     # Job, so a Job read suspended after it was evicted (`st.Observation.budget_started`).

@@ -93,10 +93,14 @@ def write(kube: Kube, sub: Body, update: gr.SubmissionUpdate) -> bool:
     if written and update.state != SubmissionState.EVALUATING:
         bad = update.state == SubmissionState.REJECTED or update.reason in WARNING_REASONS
         gk.post_event(
-            sub, "Warning" if bad else "Normal", update.reason, f"{update.state.value}: {update.message}"
+            kube,
+            sub,
+            "Warning" if bad else "Normal",
+            update.reason,
+            f"{update.state.value}: {update.message}",
         )
     elif written:
-        gk.post_event(sub, "Normal", update.reason, update.message)
+        gk.post_event(kube, sub, "Normal", update.reason, update.message)
     return written
 
 

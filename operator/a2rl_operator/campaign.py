@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Hashable
-from typing import Any, cast
+from typing import Any
 
 import kopf
 from a2rl_tasks import TASKS
@@ -128,13 +128,8 @@ def campaign_ref(campaign: Body) -> Body:
     }
 
 
-def post_event(campaign: Body, reason: str, message: str, *, warning: bool = False) -> None:
-    kopf.event(
-        cast(Any, campaign_ref(campaign)),
-        type="Warning" if warning else "Normal",
-        reason=reason,
-        message=st.one_line(message),
-    )
+def post_event(kube: Kube, campaign: Body, reason: str, message: str, *, warning: bool = False) -> None:
+    kube.post_event(campaign_ref(campaign), "Warning" if warning else "Normal", reason, st.one_line(message))
 
 
 def campaign_store_uri(spec: BenchCampaignSpec, config: OperatorConfig) -> str | None:
@@ -228,7 +223,7 @@ def reconcile_campaign(kube: Kube, config: OperatorConfig, namespace: str, name:
             return
         if created:
             logger.info("BenchCampaign %s/%s: created BenchRun %s", namespace, name, ", ".join(created))
-            post_event(campaign, "CreatedRuns", f"created BenchRun {', '.join(created)}")
+            post_event(kube, campaign, "CreatedRuns", f"created BenchRun {', '.join(created)}")
         outcomes: dict[str, RunOutcome] = {
             run.name: cd.run_outcome(existing[run.name]) for run in planned if run.name in existing
         }
@@ -281,7 +276,7 @@ def write_campaign_status(
             logger.info(
                 "BenchCampaign %s/%s: %s: %s", meta["namespace"], meta["name"], judged.phase, judged.message
             )
-        post_event(campaign, judged.reason, f"{judged.phase}: {judged.message}", warning=failed)
+        post_event(kube, campaign, judged.reason, f"{judged.phase}: {judged.message}", warning=failed)
 
 
 # --- the campaign report -----------------------------------------------------------------------

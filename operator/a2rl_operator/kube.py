@@ -1,4 +1,4 @@
-"""Kubernetes I/O of the operator: idempotent creation of children, reads, status writes.
+"""Kubernetes I/O of the operator: idempotent creation of children, reads, status writes, Events.
 
 Creation is create-first: a 409 AlreadyExists means a previous attempt (or a previous operator
 process) created it; the existing object is accepted when the BenchRun owns it. Status is
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -23,6 +24,7 @@ from a2rl.constants import (
     LABEL_COMPONENT,
     LABEL_RUN_UID,
 )
+from a2rl_operator.namespaces import TerminatingNamespaces
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -76,8 +78,10 @@ def is_namespace_terminating(exc: ApiException) -> bool:
 
 
 class Kube:
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, terminating: TerminatingNamespaces | None = None) -> None:
         self.api = api
+        #: Namespaces being deleted: no status writes, no Events, no reconciling there.
+        self.terminating = terminating if terminating is not None else TerminatingNamespaces()
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
         self.rbac = client.RbacAuthorizationV1Api(api)
@@ -119,6 +123,7 @@ class Kube:
             return True
         except ApiException as exc:
             if is_namespace_terminating(exc):
+                self.terminating.mark(meta["namespace"])
                 raise NamespaceTerminatingError(f"namespace {meta['namespace']} is being deleted") from None
             if exc.status != 409:
                 raise
@@ -187,6 +192,15 @@ class Kube:
             API_GROUP, API_VERSION, namespace, BENCHRUN_PLURAL, name, patch
         )
 
+    # --- events ---------------------------------------------------------------------------
+
+    def post_event(self, ref: Obj, type_: str, reason: str, message: str) -> None:
+        """A Kubernetes Event about `ref` (kopf posts it in the background), unless its namespace
+        is being deleted: the API server would refuse it."""
+        if ref["metadata"].get("namespace") in self.terminating:
+            return
+        kopf.event(cast(Any, ref), type=type_, reason=reason, message=message)
+
     # --- status ---------------------------------------------------------------------------
 
     def update_status(
@@ -217,8 +231,10 @@ class Kube:
         """Read the custom object (`initial` stands for the first read where given), let
         `mutate(obj)` return its new status (None: nothing to write), replace the status
         subresource guarded by resourceVersion; retried on conflicts (409). Returns the written
-        status (None: no write, or the object is gone)."""
+        status (None: no write, the object is gone, or its namespace is being deleted)."""
         for attempt in range(attempts):
+            if namespace in self.terminating:
+                return None
             obj = (
                 initial if attempt == 0 and initial is not None else self.get_custom(plural, namespace, name)
             )

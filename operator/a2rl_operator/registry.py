@@ -48,6 +48,10 @@ def _startup(settings: kopf.OperatorSettings, memo: Any, logger: Logger, **_: An
         logger.info("grading off (no A2RL_GRADER_IMAGE): runs end when their agent does")
 
 
+def on_namespace(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
+    memo.kube.terminating.observe(body, type)
+
+
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     """A registry with every handler of the operator (BenchRuns, BenchSubmissions, BenchCampaigns)."""
     registry = kopf.OperatorRegistry()
@@ -55,6 +59,8 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     # loaded (the kubeconfig, or the pod's ServiceAccount), as `a2rl operator` set them up.
     kopf.on.login(id="login_via_client", registry=registry)(kopf.login_via_client)
     kopf.on.startup(registry=registry)(_startup)
+    # First: which namespaces are being deleted (no status writes, Events or reconciles there).
+    kopf.on.event("", "v1", "namespaces", id="terminating", registry=registry)(on_namespace)
     benchrun.register(registry, config)
     benchsubmission.register(registry)
     campaign.register(registry, config)

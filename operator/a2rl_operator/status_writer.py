@@ -13,9 +13,7 @@ beside the terminal one: `status.lifecycle`) follow the others on every write an
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
-
-import kopf
+from typing import Any
 
 from a2rl.api.benchrun import BenchRunStatus
 from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_KIND, COND_ACCEPTED, COND_AGENT_RUNNING
@@ -45,7 +43,7 @@ def _event_reason(change: st.Change) -> str:
     return "Accepted" if change.type == COND_ACCEPTED and change.status == st.TRUE else change.reason
 
 
-def post_events(run: Body, transitions: list[st.Change]) -> None:
+def post_events(kube: Kube, run: Body, transitions: list[st.Change]) -> None:
     """One Event per transition (one per reason; AgentRunning=False is said by AgentFinished)."""
     seen: set[str] = set()
     for change in transitions:
@@ -56,7 +54,7 @@ def post_events(run: Body, transitions: list[st.Change]) -> None:
             continue
         seen.add(reason)
         message = st.one_line(f"{change.type}={change.status}: {change.message}")
-        kopf.event(cast(Any, run_ref(run)), type=st.event_type(change), reason=reason, message=message)
+        kube.post_event(run_ref(run), st.event_type(change), reason, message)
 
 
 def write_status(
@@ -118,5 +116,5 @@ def write_status(
         return wire
 
     if kube.update_status(namespace, name, mutate, initial=run) is not None and written:
-        post_events(refs[0], written)
+        post_events(kube, refs[0], written)
     return written

@@ -1,4 +1,5 @@
-"""The operator's leader election decisions (a2rl_operator.leader) and its metrics tables."""
+"""The operator's leader election decisions (a2rl_operator.leader), its metrics tables and its
+silence in namespaces being deleted (a2rl_operator.namespaces, Kube)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from typing import Any
 
 import kopf
 import pytest
+from a2rl_operator.kube import Kube
 from a2rl_operator.leader import Action, LeaseSettings, Observation, decide, lease_body
 from a2rl_operator.metrics import OperatorMetrics, timed
+from a2rl_operator.namespaces import TerminatingNamespaces
+from kubernetes import client
 
 ME, OTHER = "operator-a_1234", "operator-b_5678"
 SETTINGS = LeaseSettings(namespace="a2rl-system", identity=ME)
@@ -140,3 +144,31 @@ def test_timed_handlers_count_latency_and_failures_under_their_own_name() -> Non
     assert m.handler_errors.value(handler="resync", kind="temporary") == 1
     assert m.handler_errors.value(handler="on_benchrun", kind="temporary") == 0
     assert timed(on_benchrun).__wrapped__ is on_benchrun  # type: ignore[attr-defined]  # kopf's handler id
+
+
+def test_terminating_namespaces_follow_the_namespace_watch() -> None:
+    seen = TerminatingNamespaces()
+    seen.observe({"metadata": {"name": "team-a"}, "status": {"phase": "Active"}}, "ADDED")
+    assert "team-a" not in seen
+    seen.observe({"metadata": {"name": "team-a", "deletionTimestamp": "2026-11-27T10:00:00Z"}}, "MODIFIED")
+    assert "team-a" in seen
+    seen.observe({"metadata": {"name": "team-b"}, "status": {"phase": "Terminating"}}, None)
+    assert "team-b" in seen
+    seen.observe({"metadata": {"name": "team-a"}, "status": {"phase": "Terminating"}}, "DELETED")
+    assert "team-a" not in seen and "team-b" in seen
+
+
+def test_kube_writes_no_status_and_posts_no_event_in_a_terminating_namespace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    posted: list[str] = []
+    monkeypatch.setattr(kopf, "event", lambda _ref, *, type, reason, message: posted.append(reason))
+    # An API server nobody listens on: any request would fail the test with a connection error.
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
+    kube = Kube(api)
+    kube.terminating.mark("dying")
+    ref = {"metadata": {"name": "run", "namespace": "dying", "uid": "u"}}
+    assert kube.update_status("dying", "run", lambda _run: {"phase": "Failed"}) is None
+    kube.post_event(ref, "Normal", "CreatedWorkspace", "created")
+    kube.post_event({"metadata": {**ref["metadata"], "namespace": "alive"}}, "Normal", "Accepted", "ok")
+    assert posted == ["Accepted"]

@@ -71,6 +71,9 @@ class FakeKube:
             self.writes += 1
             return status
 
+    def post_event(self, ref: Body, type_: str, reason: str, message: str) -> None:
+        kopf.event(ref, type=type_, reason=reason, message=message)  # as Kube does outside a dying namespace
+
 
 @pytest.fixture
 def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
-import kopf
 from a2rl_tasks import task_class
 from kubernetes.client.exceptions import ApiException
 
@@ -124,8 +123,8 @@ def submission_ref(sub: Obj) -> Obj:
     }
 
 
-def post_event(obj: Obj, type_: str, reason: str, message: str) -> None:
-    kopf.event(cast(Any, submission_ref(obj)), type=type_, reason=reason, message=st.one_line(message))
+def post_event(kube: Kube, obj: Obj, type_: str, reason: str, message: str) -> None:
+    kube.post_event(submission_ref(obj), type_, reason, st.one_line(message))
 
 
 def grading_pins(

@@ -1,0 +1,129 @@
+"""Deleting a namespace of runs on the real control plane, the operator running.
+
+Once the namespace is terminating the operator writes no status and posts no Event there (the API
+server would refuse every Event; kopf retried each nine times), reconciles nothing, and still
+lets every run go through its finalizer (the final record reaches the store).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ProtocolError
+
+from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, LABEL_RUN_UID
+from tests.support.grading_support import create_run, run_name
+from tests.support.operator_install import OperatorProcess
+from tests.support.operator_support import started_operator
+from tests.testenv.controlplane import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.minio]
+
+RUNS = 4
+
+
+class Recorder:
+    """Every watch event of `list_fn(*args)` from `resource_version`, in a thread."""
+
+    def __init__(self, list_fn: Any, args: tuple[str, ...], resource_version: str) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._watch = watch.Watch()
+        self._thread = threading.Thread(target=self._run, args=(list_fn, args, resource_version), daemon=True)
+        self._thread.start()
+
+    def _run(self, list_fn: Any, args: tuple[str, ...], rv: str) -> None:
+        stream = self._watch.stream(list_fn, *args, resource_version=rv, timeout_seconds=180)
+        try:
+            for event in stream:
+                obj = event["object"]
+                body = obj if isinstance(obj, dict) else client.ApiClient().sanitize_for_serialization(obj)
+                self.events.append({"type": event["type"], "object": body, "at": time.time()})
+        except ProtocolError:
+            pass  # the namespace went, or stop(): the stream ends either way
+
+    def stop(self) -> None:
+        self._watch.stop()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def operator(
+    control_plane: Any, minio: Any, admin: client.ApiClient, make_namespace: Any, tmp_path: Path
+) -> Iterator[tuple[str, OperatorProcess]]:
+    ns = make_namespace()
+    env = {"AWS_ENDPOINT_URL": minio.endpoint, "AWS_ACCESS_KEY_ID": minio.access_key,
+           "AWS_SECRET_ACCESS_KEY": minio.secret_key}  # fmt: skip
+    args = ["-n", ns, "--store-uri", "s3://a2rl-teardown/runs", "--no-scoped-store-credentials",
+            "--workspace-size", "1Gi", "--store-egress", "127.0.0.1/32:9000",
+            "--apiserver-egress", "127.0.0.1/32:6443"]  # fmt: skip
+    with started_operator(admin, tmp_path, args, env=env) as proc:
+        yield ns, proc
+
+
+def test_a_terminating_namespace_gets_no_status_writes_nor_events(
+    operator: tuple[str, OperatorProcess], admin: client.ApiClient
+) -> None:
+    ns, proc = operator
+    core, batch, custom = client.CoreV1Api(admin), client.BatchV1Api(admin), client.CustomObjectsApi(admin)
+    uids = [create_run(admin, ns, run_name())["metadata"]["uid"] for _ in range(RUNS)]
+    for uid in uids:
+        wait_for(lambda uid=uid: batch.list_namespaced_job(ns, label_selector=f"{LABEL_RUN_UID}={uid}").items,
+                 timeout=60, what="the run's Job")  # fmt: skip
+
+    # kopf posts Events in the background: the runs' CreatedWorkspace ones first, then we watch.
+    def created_events() -> int:
+        return sum(e.reason == "CreatedWorkspace" for e in core.list_namespaced_event(ns).items)
+
+    wait_for(lambda: created_events() == RUNS, timeout=30, what="every run's CreatedWorkspace Event")
+    time.sleep(1)
+    events_rv = core.list_namespaced_event(ns).metadata.resource_version
+    runs_rv = custom.list_namespaced_custom_object(API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL)["metadata"][
+        "resourceVersion"
+    ]
+    events = Recorder(core.list_namespaced_event, (ns,), events_rv)
+    runs = Recorder(
+        custom.list_namespaced_custom_object, (API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL), runs_rv
+    )
+    log_before = proc.log_path.read_text(errors="replace")
+
+    start = time.monotonic()
+    core.delete_namespace(ns)
+    deleted_at = time.time()
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(ns)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    try:
+        wait_for(gone, timeout=150, interval=0.5, what=f"namespace {ns} deleted")
+    except TimeoutError:
+        left = admin.sanitize_for_serialization(core.read_namespace(ns))["status"]
+        raise AssertionError(f"namespace {ns} still there: {left}\n{proc.log_tail(40)}") from None
+    print(f"namespace of {RUNS} runs deleted in {time.monotonic() - start:.1f}s")
+    events.stop()
+    runs.stop()
+
+    posted = [e["object"] for e in events.events if e["type"] == "ADDED"]
+    assert not posted, [(e["involvedObject"]["kind"], e["reason"], e["message"]) for e in posted]
+    last: dict[str, Any] = {}
+    for event in runs.events:
+        body = event["object"]
+        uid = body["metadata"]["uid"]
+        if uid in last and event["type"] == "MODIFIED":
+            assert body.get("status") == last[uid].get("status"), f"status written after {deleted_at}"
+        last[uid] = body
+    # Every run went through its finalizer (a final record in the store), none was forced.
+    assert {e["object"]["metadata"]["uid"] for e in runs.events if e["type"] == "DELETED"} == set(uids)
+    log_after = proc.log_path.read_text(errors="replace")[len(log_before) :]
+    assert "being terminated" not in log_after and "Request attempt" not in log_after, log_after[-3000:]
+    assert "releasing BenchRun" not in log_after  # retention done, not given up
