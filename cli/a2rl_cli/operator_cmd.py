@@ -171,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
     from a2rl_operator import health
     from a2rl_operator.kube import Kube
     from a2rl_operator.metrics import OperatorMetrics
+    from a2rl_operator.quiet_logs import quiet_routine_successes
     from a2rl_operator.registry import MAX_WORKERS, build_registry
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
@@ -189,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
     metrics = OperatorMetrics()
     memo = kopf.Memo(kube=Kube(client.ApiClient(api_config)), config=operator_config, metrics=metrics)
     kopf.configure(verbose=args.verbose, debug=args.verbose)
+    if not args.verbose:
+        quiet_routine_successes()
     elector = _elector(args, client.ApiClient(api_config), metrics) if args.leader_elect else None
 
     def standby() -> str | None:

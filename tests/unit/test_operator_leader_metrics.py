@@ -3,6 +3,7 @@ silence in namespaces being deleted (a2rl_operator.namespaces, Kube)."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +13,7 @@ from a2rl_operator.kube import Kube
 from a2rl_operator.leader import Action, LeaseSettings, Observation, decide, lease_body
 from a2rl_operator.metrics import OperatorMetrics, timed
 from a2rl_operator.namespaces import TerminatingNamespaces
+from a2rl_operator.quiet_logs import RoutineSuccessFilter
 from kubernetes import client
 
 ME, OTHER = "operator-a_1234", "operator-b_5678"
@@ -172,3 +174,20 @@ def test_kube_writes_no_status_and_posts_no_event_in_a_terminating_namespace(
     kube.post_event(ref, "Normal", "CreatedWorkspace", "created")
     kube.post_event({"metadata": {**ref["metadata"], "namespace": "alive"}}, "Normal", "Accepted", "ok")
     assert posted == ["Accepted"]
+
+
+@pytest.mark.parametrize(
+    ("message", "kept"),
+    [
+        ("Handler 'on_pod' succeeded.", False),
+        ("Timer 'resync' succeeded.", False),
+        ("Creation is processed: 2 succeeded; 0 failed.", False),
+        ("Deletion is processed: 1 succeeded; 0 failed.", False),
+        ("Creation is processed: 1 succeeded; 1 failed.", True),
+        ("Handler 'on_benchrun' failed temporarily: later", True),
+        ("BenchRun ns/run: created PersistentVolumeClaim run-workspace", True),
+    ],
+)
+def test_routine_kopf_successes_are_dropped_and_the_rest_kept(message: str, kept: bool) -> None:
+    record = logging.LogRecord("kopf.objects", logging.INFO, __file__, 1, message, None, None)
+    assert RoutineSuccessFilter().filter(record) is kept

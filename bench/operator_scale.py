@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""The operator against a plain client doing the same work, side by side in one run (issue 23).
+
+Needs a running control plane: `hack/testenv up` prints the admin KUBECONFIG.
+
+    KUBECONFIG=... .venv/bin/python bench/operator_scale.py -n 200
+
+1. Plain client: N BenchRuns in a namespace no operator watches, then each run's children (the
+   same manifests the operator builds: `workspace_children` + `workspace_job`) created by this
+   process with 16 threads (the operator's worker count). Runs/s from the first create to the
+   last Job, this process's CPU time, API calls (= children).
+2. Operator: `a2rl operator -n <ns>` as its ServiceAccount, the same N BenchRuns; runs/s to the
+   last workspace Job (a watch), the operator's CPU time.
+3. Teardown: each namespace deleted, timed until it is gone; the operator's namespace with the
+   operator running (its finalizers), the plain one without.
+
+Prints the ratios. Not a timed test: figures depend on the machine (say its load: `uptime`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, cast
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.support: installing the operator is test tooling
+
+from a2rl_operator.config import OperatorConfig  # noqa: E402
+from a2rl_operator.kube import Kube  # noqa: E402
+from a2rl_operator.manifests import parse_spec, workspace_children, workspace_job  # noqa: E402
+from kubernetes import client, config, watch  # noqa: E402
+
+from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, LABEL_RUN_NAME  # noqa: E402
+from bench.operator_apply import benchrun, delete_namespace  # noqa: E402
+from tests.support.operator_install import (  # noqa: E402
+    OperatorProcess,
+    install_crds,
+    install_rbac,
+    serviceaccount_kubeconfig,
+)
+
+WORKERS = 16
+STORE_URI = "s3://bench/runs"
+
+
+def new_namespace(core: client.CoreV1Api, prefix: str) -> str:
+    ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    time.sleep(1.0)  # the namespace's default ServiceAccount
+    return ns
+
+
+def create_runs(custom: client.CustomObjectsApi, ns: str, n: int) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = []
+    for i in range(n):
+        body = benchrun(f"run-{i:04d}")
+        run = custom.create_namespaced_custom_object(API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL, body)
+        runs.append(cast(dict[str, Any], run))
+    return runs
+
+
+def plain_client(admin: client.ApiClient, ns: str, n: int) -> dict[str, float]:
+    """What the operator creates per run, created directly: the floor the operator is held to."""
+    custom = client.CustomObjectsApi(admin)
+    runs = create_runs(custom, ns, n)
+    kube = Kube(admin)
+    cfg = OperatorConfig(store_uri=STORE_URI)
+    calls = 0
+    lock = threading.Lock()
+
+    def children(run: dict[str, Any]) -> None:
+        nonlocal calls
+        manifests = [*workspace_children(run, cfg), workspace_job(run, parse_spec(run), cfg)]
+        for manifest in manifests:
+            kube.ensure(manifest, run["metadata"]["uid"])
+        with lock:
+            calls += len(manifests)
+
+    cpu0, start = time.process_time(), time.monotonic()
+    with ThreadPoolExecutor(WORKERS) as pool:
+        list(pool.map(children, runs))
+    elapsed = time.monotonic() - start
+    return {"seconds": elapsed, "cpu_s": time.process_time() - cpu0, "calls": calls}
+
+
+def with_operator(admin: client.ApiClient, ns: str, n: int, proc: OperatorProcess) -> dict[str, float]:
+    """The same N runs through the running operator (`proc`), timed to the last workspace Job."""
+    batch, custom = client.BatchV1Api(admin), client.CustomObjectsApi(admin)
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def watch_jobs() -> None:
+        w = watch.Watch()
+        for event in w.stream(batch.list_namespaced_job, ns, timeout_seconds=900):
+            run = (event["object"].metadata.labels or {}).get(LABEL_RUN_NAME)
+            if run:
+                seen.add(run)
+                if len(seen) >= n:
+                    w.stop()
+        done.set()
+
+    threading.Thread(target=watch_jobs, daemon=True).start()
+    time.sleep(0.5)
+    cpu0, start = proc.cpu_seconds(), time.monotonic()
+    create_runs(custom, ns, n)
+    done.wait(900)
+    elapsed = time.monotonic() - start
+    return {"seconds": elapsed, "cpu_s": proc.cpu_seconds() - cpu0, "jobs": len(seen)}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("-n", type=int, default=200, help="BenchRuns per side (default 200)")
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="admin kubeconfig")
+    parser.add_argument("--no-teardown", action="store_true", help="skip deleting the namespaces (quicker)")
+    args = parser.parse_args()
+    if not args.kubeconfig:
+        print(
+            "operator_scale: set KUBECONFIG (hack/testenv up prints it) or pass --kubeconfig", file=sys.stderr
+        )
+        return 2
+    admin = config.new_client_from_config(config_file=args.kubeconfig)
+    core = client.CoreV1Api(admin)
+    install_crds(admin, REPO / "crds")
+    install_rbac(admin, "a2rl-system")
+    work = Path(tempfile.mkdtemp(prefix="a2rl-bench-"))
+    kubeconfig = serviceaccount_kubeconfig(
+        admin, "a2rl-system", "a2rl-operator", work / "operator.kubeconfig"
+    )
+    print(f"load average before: {os.getloadavg()[0]:.1f}")
+
+    plain_ns = new_namespace(core, "plain")
+    plain = plain_client(admin, plain_ns, args.n)
+    op_ns = new_namespace(core, "operator")
+    proc = OperatorProcess(kubeconfig, work / "operator.log", ["-n", op_ns, "--store-uri", STORE_URI],
+                           port=_free_port())  # fmt: skip
+    proc.start()
+    try:
+        op = with_operator(admin, op_ns, args.n, proc)
+        # With the operator running: its finalizers let the runs go.
+        op_teardown = math.nan if args.no_teardown else delete_namespace(core, op_ns, timeout=900)
+    finally:
+        proc.stop()
+    plain_teardown = math.nan if args.no_teardown else delete_namespace(core, plain_ns, timeout=900)
+
+    n = args.n
+    plain_rate, op_rate = n / plain["seconds"], op["jobs"] / op["seconds"]
+    print(f"load average after:  {os.getloadavg()[0]:.1f}")
+    cpu_plain, cpu_op = plain["cpu_s"] / n * 1000, op["cpu_s"] / n * 1000
+    rows = [
+        ("runs/s (apply to last Job)", plain_rate, op_rate),
+        ("CPU ms per run", cpu_plain, cpu_op),
+        ("namespace teardown s", plain_teardown, op_teardown),
+    ]
+    print(f"{'':28}{'plain client':>14}{'operator':>12}{'operator / plain':>18}")
+    for label, a, b in rows:
+        print(f"{label:28}{a:>14.1f}{b:>12.1f}{b / a:>18.2f}")
+    print(f"{'API calls per run (plain)':28}{plain['calls'] / n:>14.1f}")
+    if op["jobs"] < n:
+        print(f"operator: only {op['jobs']:.0f} of {n} Jobs within 900 s (log: {proc.log_path})")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
