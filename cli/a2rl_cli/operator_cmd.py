@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from a2rl.errors import A2rlError
 
@@ -164,18 +163,22 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise A2rlError(f"--health {exc}") from None
 
-    import asyncio
-    import contextlib
-
-    import kopf
-    from a2rl_operator import health
-    from a2rl_operator.kube import Kube
-    from a2rl_operator.metrics import OperatorMetrics
-    from a2rl_operator.quiet_logs import quiet_routine_successes
-    from a2rl_operator.registry import MAX_WORKERS, build_registry
+    from a2rl_operator import leader
+    from a2rl_operator.serve import ServeOptions, serve
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    lease = None
+    if args.leader_elect:
+        lease = leader.LeaseSettings(
+            namespace=args.leader_elect_namespace or leader.default_namespace(),
+            identity=leader.default_identity(),
+            lease_duration_s=args.leader_elect_lease_duration,
+            renew_deadline_s=args.leader_elect_renew_deadline,
+            retry_period_s=args.leader_elect_retry_period,
+        )
+        for problem in lease.problems():
+            raise A2rlError(problem)
     try:
         if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
             config.load_incluster_config()
@@ -183,88 +186,7 @@ def run(args: argparse.Namespace) -> int:
             config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
     except (ConfigException, OSError) as exc:
         raise A2rlError(f"cannot load Kubernetes credentials: {exc}") from None
-
-    api_config = client.Configuration.get_default_copy()
-    # One pooled connection per handler thread (kopf's sync handlers run in a thread pool).
-    api_config.connection_pool_maxsize = MAX_WORKERS + 4
-    metrics = OperatorMetrics()
-    memo = kopf.Memo(kube=Kube(client.ApiClient(api_config)), config=operator_config, metrics=metrics)
-    kopf.configure(verbose=args.verbose, debug=args.verbose)
-    if not args.verbose:
-        quiet_routine_successes()
-    elector = _elector(args, client.ApiClient(api_config), metrics) if args.leader_elect else None
-
-    def standby() -> str | None:
-        if elector is None or metrics.leader.value() == 1:
-            return None
-        return f"the Lease is held by {elector.holder or 'another replica'}"
-
-    async def main() -> int:
-        started = asyncio.Event()  # kopf raises it once its startup handlers have run
-        async with contextlib.AsyncExitStack() as stack:
-            if health_address is not None:
-                check = health.ApiServerCheck(health.kubernetes_probe(api_config))
-                readiness = health.Readiness(started, check, standby)
-                await stack.enter_async_context(health.serving(*health_address, readiness, metrics.render))
-            if elector is None:
-                metrics.leader.set(1)
-            else:
-                await elector.acquire()
-            settings = kopf.OperatorSettings()
-            # With namespaces given, kopf would watch Namespaces and stop serving one as soon as it
-            # is marked for deletion, its BenchRuns' finalizers still pending (they never finish):
-            # the namespaces are taken as given instead (Kueue's CRD must exist at start-up then).
-            settings.scanning.disabled = bool(args.namespace)
-            operator = asyncio.create_task(
-                kopf.operator(
-                    settings=settings,
-                    registry=build_registry(operator_config),
-                    # No kopf peering: one replica, or one leader of several (--leader-elect).
-                    standalone=True,
-                    clusterwide=not args.namespace,
-                    namespaces=args.namespace,
-                    ready_flag=started,
-                    memo=memo,
-                )
-            )
-            if elector is None:
-                await operator
-                return 0
-            holding = asyncio.create_task(elector.hold())
-            await asyncio.wait({operator, holding}, return_when=asyncio.FIRST_COMPLETED)
-            if holding.done():
-                # Another replica may take over once the Lease expires: stop acting now, handlers
-                # in flight included (their effects are idempotent and the next leader resumes).
-                logging.getLogger("a2rl.operator").error("exiting: this replica no longer leads")
-                logging.shutdown()
-                os._exit(LOST_LEADERSHIP_EXIT)
-            holding.cancel()
-            await operator
-            await asyncio.to_thread(elector.release)
-            return 0
-
-    with contextlib.suppress(asyncio.CancelledError):  # as kopf.run: a stop by signal
-        return asyncio.run(main())
-    return 0
-
-
-LOST_LEADERSHIP_EXIT = 3
-
-
-def _elector(args: argparse.Namespace, api: Any, metrics: Any) -> Any:
-    from a2rl_operator import leader
-
-    settings = leader.LeaseSettings(
-        namespace=args.leader_elect_namespace or leader.default_namespace(),
-        identity=leader.default_identity(),
-        lease_duration_s=args.leader_elect_lease_duration,
-        renew_deadline_s=args.leader_elect_renew_deadline,
-        retry_period_s=args.leader_elect_retry_period,
+    options = ServeOptions(
+        namespaces=tuple(args.namespace), health_address=health_address, lease=lease, verbose=args.verbose
     )
-    for problem in settings.problems():
-        raise A2rlError(problem)
-    return leader.LeaderElector(
-        leader.LeaseClient(api, settings),
-        settings,
-        on_change=lambda leading: metrics.leader.set(int(leading)),
-    )
+    return serve(operator_config, options, client.Configuration.get_default_copy())

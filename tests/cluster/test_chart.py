@@ -124,9 +124,8 @@ def test_helm_template_of_every_value(helm: Helm) -> None:
     monitor = docs["ServiceMonitor", "a2rl-bench-operator"]
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
     assert monitor["spec"]["endpoints"] == [{"port": "http-metrics", "path": "/metrics", "interval": "15s"}]
-    assert monitor["spec"]["selector"]["matchLabels"] == docs["Service", "a2rl-bench-operator-metrics"]["spec"][
-        "selector"
-    ]
+    service = docs["Service", "a2rl-bench-operator-metrics"]
+    assert monitor["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
     policy = docs["ValidatingAdmissionPolicy", "a2rl-bench-benchrun-limits"]["spec"]["validations"]
     assert len(policy) == 4  # wall time, agent GPUs, eval GPUs, registries (knownTasksOnly: false)
     binding = docs["ValidatingAdmissionPolicyBinding", "a2rl-bench-benchrun-limits"]["spec"]
