@@ -29,10 +29,12 @@ from a2rl.store.layout import RunLayout
 from a2rl.tracing import Tracing, get_tracing
 from a2rl_gateway.config import GatewayConfig
 from a2rl_gateway.meter import Meter
+from a2rl_gateway.metrics import GatewayMetrics
 from a2rl_gateway.pricing import Price, load_prices
 from a2rl_gateway.protocols import presented_tokens
 from a2rl_gateway.redact import redact_url
-from a2rl_gateway.server import GatewayHTTPServer, GatewayUnixServer, upstream_opener
+from a2rl_gateway.server import GatewayHTTPServer, GatewayUnixServer
+from a2rl_gateway.upstream import UpstreamPool
 
 #: How often the servers look for a stop request and connections past their deadline (the
 #: stdlib's default, 0.5 s, slows every stop).
@@ -61,6 +63,7 @@ class Gateway:
         self.upstream_key = upstream_key
         self.secrets = tuple(s for s in (upstream_key, config.token) if s)
         layout = RunLayout.from_prefix(config.run_prefix) if config.run_prefix else None
+        self.metrics = GatewayMetrics()
         self.meter = Meter(
             limits=config.limits,
             prices=load_prices(config.prices_file) if prices is None else prices,
@@ -70,9 +73,11 @@ class Gateway:
             base_url=redact_url(config.base_url),
             model=config.model,
             on_exhausted=on_exhausted,
+            secrets=self.secrets,
+            metrics=self.metrics,
         )
         self.tracing = tracing or get_tracing()
-        self.opener = upstream_opener()
+        self.upstream = UpstreamPool(config.upstream_timeout_s)
         self._servers: list[GatewayHTTPServer | GatewayUnixServer] = []
         self._threads: list[threading.Thread] = []
         self._busy = 0
@@ -115,9 +120,11 @@ class Gateway:
     def in_flight(self) -> Iterator[None]:
         with self._idle:
             self._busy += 1
+        self.metrics.in_flight.inc()
         try:
             yield
         finally:
+            self.metrics.in_flight.dec()
             with self._idle:
                 self._busy -= 1
                 self._idle.notify_all()
@@ -183,5 +190,6 @@ class Gateway:
                 self._idle.wait(max(0.0, end - time.monotonic()))
             drained = self._busy == 0
         self._servers.clear()
+        self.upstream.close()
         written = self.meter.close(max(1.0, end - time.monotonic()))
         return drained and written

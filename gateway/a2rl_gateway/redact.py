@@ -11,11 +11,12 @@ a tool result reaches neither the record nor the run's transcript.
 
 from __future__ import annotations
 
+import json
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from a2rl.redaction import REDACTED, redact_known, redact_secrets
+from a2rl.redaction import MIN_SECRET_LEN, REDACTED, SECRET_PATTERNS, redact_known, redact_secrets
 
 SECRET_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "x-api-key", "x-goog-api-key", "api-key", "cookie", "set-cookie"}
@@ -67,3 +68,19 @@ def _map_strings(value: Any, scrub: Callable[[str], str]) -> Any:
     if isinstance(value, list | tuple):
         return [_map_strings(v, scrub) for v in value]
     return value
+
+
+def may_hold_secrets(text: str, secrets: Sequence[str]) -> bool:
+    """Whether a record's JSON text may hold a known secret or credential-shaped text: it holds
+    one of the secrets (escaped as JSON escapes them) or a prefix of a `SECRET_PATTERNS` pattern.
+    When it does not, `scrub_record` would change nothing: most records need no walk."""
+    needles = [json.dumps(s)[1:-1] for s in secrets if s and len(s) >= MIN_SECRET_LEN]
+    needles += [prefix for prefixes, _ in SECRET_PATTERNS for prefix in prefixes]
+    return any(n in text for n in needles)
+
+
+def scrub_record(doc: dict[str, Any], secrets: Sequence[str]) -> dict[str, Any]:
+    """A record's JSON with every known secret and credential-shaped text scrubbed from its
+    strings (object keys included): what `redact_value` and then `redact_patterns` make of it."""
+    scrubbed: dict[str, Any] = _map_strings(doc, lambda t: redact_secrets(t, secrets))
+    return scrubbed

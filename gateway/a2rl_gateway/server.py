@@ -1,6 +1,7 @@
 """The gateway's HTTP side: one handler per request (`a2rl.service_server`: threads, HTTP/1.1
 keep-alive, bounded connections and deadlines) on 127.0.0.1 and/or a Unix socket, forwarding to the
-upstream with `urllib` (proxies from the environment apply; redirects are passed back, not followed).
+upstream over kept-alive pooled connections (`a2rl_gateway.upstream`: proxies from the environment
+apply; redirects are passed back, not followed).
 
 Per request: `/health` answers itself; otherwise the token is checked (401) and the endpoint
 routed (404) before a byte of the body is read; then the call waits for one of the run's call slots
@@ -11,26 +12,28 @@ or refuses it (403); then the body the gateway read goes upstream with the real 
 answer is relayed chunk by chunk as it arrives (chunked transfer encoding, flushed per chunk); if
 the agent hangs up mid-stream the gateway still reads the upstream to its end, so the usage is
 metered. A successful generation answer without usage the gateway can read is counted as the
-call's reservation (`usage_missing`). Every request ends in `Meter.account` (record + summary,
-the reservation settled) inside one GenAI span.
+call's reservation (`usage_missing`). Every request ends in `Meter.account` (the totals and the
+budget, the reservation settled: before the agent has the last byte of its answer) and then
+`Meter.persist` (the record, scrubbed and written by the meter's writer thread, after the answer)
+inside one GenAI span.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import http.client
 import json
 import logging
 import re
 import time
-import urllib.error
-import urllib.request
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from a2rl.records.driver import DriverCallRecord, DriverSummary, DriverUsage
+from a2rl.metrics import CONTENT_TYPE
+from a2rl.records.driver import DriverCallRecord, DriverUsage
 from a2rl.records.times import utc_now
 from a2rl.service_server import Connections, ServiceHTTPServer, ServiceRequestHandler, ServiceUnixServer
 from a2rl_gateway import errors as e
@@ -38,7 +41,7 @@ from a2rl_gateway import protocols as p
 from a2rl_gateway import validation as v
 from a2rl_gateway.bodies import BodyError, decode, parse_json
 from a2rl_gateway.budget import Reservation
-from a2rl_gateway.redact import redact_headers, redact_query, redact_url, redact_value
+from a2rl_gateway.redact import redact_headers, redact_query, redact_url
 from a2rl_gateway.spans import span_attributes, span_name, span_result_attributes
 from a2rl_gateway.usage import Answer, from_json, from_stream
 
@@ -69,15 +72,6 @@ class GatewayUnixServer(ServiceUnixServer["Gateway"]):
 
     def __init__(self, gateway: Gateway, path: Path, connections: Connections | None = None) -> None:
         super().__init__(gateway, path, _Handler, connections)
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None  # the 3xx goes back to the client as it is
-
-
-def upstream_opener() -> urllib.request.OpenerDirector:
-    return urllib.request.build_opener(_NoRedirect)
 
 
 _DIGITS = re.compile(r"[0-9]{1,12}")
@@ -147,10 +141,20 @@ class _Handler(ServiceRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for name, value in headers:
             self.send_header(name, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
+        self._end_headers_with(b"" if self.command == "HEAD" else data)
         return data
+
+    def _send_metrics(self, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", CONTENT_TYPE)
+        self.send_header("Content-Length", str(len(data)))
+        self._end_headers_with(b"" if self.command == "HEAD" else data)
+
+    def _end_headers_with(self, body: bytes) -> None:
+        """`end_headers` and `body` in one write (a second small write costs a system call)."""
+        buffered: list[bytes] = getattr(self, "_headers_buffer", [])  # what send_header gathered
+        self._headers_buffer: list[bytes] = []
+        self.wfile.write(b"".join(buffered) + b"\r\n" + body)
 
     # --- the request body -----------------------------------------------------------------------
     def handle_expect_100(self) -> bool:
@@ -246,6 +250,9 @@ class _Handler(ServiceRequestHandler):
         if path.rstrip("/") == "/health" and self.command in ("GET", "HEAD"):
             self._send_json(200, {"status": "ok"})
             return
+        if path.rstrip("/") == "/metrics" and self.command in ("GET", "HEAD"):
+            self._send_metrics(gw.metrics.render().encode())
+            return
         try:
             with gw.in_flight():
                 self._call(gw, path, query)
@@ -254,7 +261,8 @@ class _Handler(ServiceRequestHandler):
 
     def _call(self, gw: Gateway, path: str, query: str) -> None:
         self._t0 = time.monotonic()
-        self._pending: tuple[DriverSummary, str | None] | None = None
+        self._accounted = False
+        self._newly: str | None = None
         self._responded = False
         self._reservation: Reservation | None = None
         self._most: DriverUsage | None = None
@@ -323,11 +331,8 @@ class _Handler(ServiceRequestHandler):
             else:
                 rec.error = f"internal error in a2rl's driver gateway: {exc}"
         finally:
-            if self._pending is None:
-                self._account(rec)
-            assert self._pending is not None
-            clean = DriverCallRecord.model_validate(redact_value(rec.to_json(), secrets))
-            gw.meter.persist(clean, *self._pending)
+            self._account(rec)
+            gw.meter.persist(rec, self._newly)  # the writer scrubs the secrets from it
 
     def _serve(
         self, gw: Gateway, rec: DriverCallRecord, endpoint: p.Endpoint, *, path: str, query: str
@@ -344,12 +349,20 @@ class _Handler(ServiceRequestHandler):
             self._refuse(rec, endpoint.protocol, exc.status, str(exc), "bad_request")
             return
         del raw
-        rec.request_body, rec.truncated = recorded_body(plain)
         try:
             parsed = parse_json(plain) if plain else None
+        except BodyError as exc:
+            rec.request_body, rec.truncated = recorded_body(plain)
+            self._refuse(rec, endpoint.protocol, e.BAD_REQUEST, str(exc), "bad_request")
+            return
+        if len(plain) > MAX_RECORD_BODY_BYTES:
+            rec.request_body, rec.truncated = recorded_body(plain)
+        else:
+            rec.request_body = parsed  # never changed after (`with_stream_usage` copies)
+        try:
             rec.request_model = p.request_model(endpoint, parsed)
             shape = v.check(endpoint, parsed)
-        except (BodyError, v.InvalidRequestError) as exc:
+        except v.InvalidRequestError as exc:
             self._refuse(rec, endpoint.protocol, e.BAD_REQUEST, str(exc), "bad_request")
             return
         rec.stream = shape.stream
@@ -372,11 +385,12 @@ class _Handler(ServiceRequestHandler):
     def _account(self, rec: DriverCallRecord) -> None:
         """Count the call (before the agent has the end of its answer: see `Meter.account`) and
         release its reservation; once."""
-        if self._pending is not None:
+        if self._accounted:
             return
+        self._accounted = True
         rec.finished_at = utc_now()
         rec.latency_s = round(time.monotonic() - self._t0, 6)
-        self._pending = self.server.service.meter.account(rec, self._reservation)
+        self._newly = self.server.service.meter.account(rec, self._reservation)
 
     def _refuse(
         self,
@@ -419,28 +433,30 @@ class _Handler(ServiceRequestHandler):
         if body:
             headers["Content-Type"] = "application/json"
             headers["Content-Length"] = str(len(body))
-        request = urllib.request.Request(url, data=body or None, headers=headers, method=self.command)
         self._forwarded = True
-        try:
-            resp: Any = gw.opener.open(request, timeout=cfg.upstream_timeout_s)
-        except urllib.error.HTTPError as exc:
-            resp = exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            self._forwarded = False  # no answer: nothing was generated
-            reason = getattr(exc, "reason", exc)
-            self._refuse(
-                rec,
-                endpoint.protocol,
-                e.BAD_GATEWAY,
-                f"the driver gateway could not reach the upstream {redact_url(cfg.base_url)}: {reason}",
-                "upstream_unreachable",
-            )
-            return
-        with contextlib.closing(resp):
+        sent = time.monotonic()
+        with contextlib.ExitStack() as stack:
+            try:
+                resp = stack.enter_context(gw.upstream.request(self.command, url, body or None, headers))
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                self._forwarded = False  # no answer: nothing was generated
+                self._refuse(
+                    rec,
+                    endpoint.protocol,
+                    e.BAD_GATEWAY,
+                    f"the driver gateway could not reach the upstream {redact_url(cfg.base_url)}: "
+                    f"{exc or type(exc).__name__}",
+                    "upstream_unreachable",
+                )
+                return
             self._relay(rec, endpoint, resp)
+        ok = rec.status is not None and 200 <= rec.status < 300
+        gw.metrics.upstream.observe(
+            self._upstream_end - sent, protocol=endpoint.protocol, outcome="ok" if ok else "upstream_error"
+        )
 
-    def _relay(self, rec: DriverCallRecord, endpoint: p.Endpoint, resp: Any) -> None:
-        status = int(getattr(resp, "status", None) or resp.code)
+    def _relay(self, rec: DriverCallRecord, endpoint: p.Endpoint, resp: http.client.HTTPResponse) -> None:
+        status = resp.status
         rec.status = status
         upstream_headers = list(resp.headers.items())
         rec.response_headers = redact_headers(upstream_headers, self.server.service.secrets)
@@ -449,16 +465,16 @@ class _Handler(ServiceRequestHandler):
         streamed = "text/event-stream" in ctype or (rec.stream and length is None)
         headers = p.returned_headers(upstream_headers)
         encoding = resp.headers.get("Content-Encoding") or ""
-        read1 = getattr(resp, "read1", None) or getattr(getattr(resp, "fp", None), "read1", None)
         buf = bytearray()
         client_ok = True
-        if not streamed or read1 is None:
+        if not streamed:
             try:
                 data = resp.read()
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, http.client.HTTPException) as exc:
                 rec.error = f"reading the upstream's answer failed: {exc}"
                 data = b""
-            rec.first_byte_s = round(time.monotonic() - self._t0, 6)
+            self._upstream_end = time.monotonic()
+            rec.first_byte_s = round(self._upstream_end - self._t0, 6)
             self._meter(rec, endpoint, status=status, raw=data, streamed=False, encoding=encoding)
             self._account(rec)
             with contextlib.suppress(OSError):
@@ -466,9 +482,7 @@ class _Handler(ServiceRequestHandler):
                 for name, value in headers:
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
+                self._end_headers_with(b"" if self.command == "HEAD" else data)
         else:
             try:
                 self.send_response(status)
@@ -482,8 +496,8 @@ class _Handler(ServiceRequestHandler):
                 client_ok = False
             while True:
                 try:
-                    chunk = read1(_CHUNK)
-                except (OSError, ValueError) as exc:
+                    chunk = resp.read1(_CHUNK)
+                except (OSError, ValueError, http.client.HTTPException) as exc:
                     rec.error = f"the upstream's stream broke off: {exc}"
                     break
                 if not chunk:
@@ -498,6 +512,7 @@ class _Handler(ServiceRequestHandler):
                     except OSError:
                         client_ok = False  # keep reading: the usage comes at the end
                         rec.error = "the client hung up before the stream ended"
+            self._upstream_end = time.monotonic()
             self._meter(rec, endpoint, status=status, raw=bytes(buf), streamed=True, encoding=encoding)
             self._account(rec)
             if client_ok:

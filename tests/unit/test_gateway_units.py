@@ -14,7 +14,16 @@ from a2rl_gateway.budget import Limits, exhausted_reason, refusal_message
 from a2rl_gateway.config import GatewayConfig, new_run_token, read_upstream_key
 from a2rl_gateway.errors import error_body
 from a2rl_gateway.pricing import BUILTIN_PRICES, Price, cost, load_prices, lookup
-from a2rl_gateway.redact import REDACTED, redact_headers, redact_query, redact_url, redact_value
+from a2rl_gateway.redact import (
+    REDACTED,
+    may_hold_secrets,
+    redact_headers,
+    redact_patterns,
+    redact_query,
+    redact_url,
+    redact_value,
+    scrub_record,
+)
 from a2rl_gateway.spans import span_result_attributes
 from a2rl_gateway.sse import SSEParser, parse_events
 from a2rl_gateway.usage import anthropic_usage, from_json, from_stream, gemini_usage, openai_usage
@@ -632,3 +641,24 @@ def test_span_attributes_follow_the_genai_conventions() -> None:
     assert "error.type" not in attrs
     refused = span_result_attributes(DriverCallRecord(index=2, status=403, refused="budget_exhausted"))
     assert refused["error.type"] == "budget_exhausted"
+
+
+@pytest.mark.parametrize(
+    "secret",
+    ["upstream-key-0123456789", 'key-with-"quote"-and-\\', "ключ-не-ascii-0123"],
+    ids=["plain", "escaped", "unicode"],
+)
+def test_a_record_is_walked_only_when_its_text_may_hold_a_secret(secret: str) -> None:
+    clean = {"request_body": {"messages": [{"content": "train a model"}]}, "path": "/v1/messages"}
+    assert not may_hold_secrets(json.dumps(clean, sort_keys=True), [secret])
+    assert scrub_record(clean, [secret]) == clean
+    for doc in (
+        {"request_body": {"messages": [{"content": f"my key is {secret}!"}]}},
+        {"headers": {f"x-{secret}": "v"}},  # object keys too
+        {"tool": "printed sk-proj-abcdefghijklmnopqrstuvwx"},  # a credential's shape, no known secret
+    ):
+        text = json.dumps(doc, sort_keys=True)
+        assert may_hold_secrets(text, [secret])
+        scrubbed = scrub_record(doc, [secret])
+        assert scrubbed == redact_patterns(redact_value(doc, [secret])) != doc
+        assert secret not in json.dumps(scrubbed, ensure_ascii=False) and REDACTED in json.dumps(scrubbed)

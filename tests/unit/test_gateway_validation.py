@@ -259,8 +259,8 @@ def test_admission_reserves_and_the_call_settles_to_what_it_used() -> None:
     )
     assert meter.exhausted.is_set()
     refused = DriverCallRecord(index=3, status=403, refused="budget_exhausted")
-    summary, newly = meter.account(refused)
-    assert newly is not None and newly in refusal and summary.budget.exhausted
+    newly = meter.account(refused)
+    assert newly is not None and newly in refusal and meter.snapshot().budget.exhausted
     # the calls in flight end: their reservations become what they used
     meter.account(call(DriverUsage(input_tokens=20, output_tokens=100)), first)
     meter.account(call(DriverUsage(input_tokens=20, output_tokens=480)), second)
