@@ -160,8 +160,9 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
         logger.info("BenchRun %s/%s not accepted: %s", ns, name, message)
         write_status(kube, ns, name, lambda _c: st.rejection(reason, message))
         return
-    # Accepted first, so it leads the condition list (children's watchers may write next).
-    write_status(kube, ns, name, lambda _c: [st.accepted()])
+    # Accepted first, so it leads the condition list (children's watchers may write next). The
+    # handler's body is the first read (a conflict reads it again).
+    write_status(kube, ns, name, lambda _c: [st.accepted()], run=body)
     ensure_trace_context(body, kube)
     started_ns = now_ns()
     access = store_access.run_credentials(body, parse_spec(body), config)
