@@ -50,6 +50,27 @@ def prompt_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     return [{"prompt": build_prompt(r["question"]), "gold": gold_number(str(r["answer"]))} for r in rows]
 
 
+def grpo_config_kwargs(settings: GRPOSettings, common: dict[str, Any]) -> dict[str, Any]:
+    """trl `GRPOConfig` arguments of a round: `common` (`RoundSession.trainer_args`) plus GRPO's.
+
+    The completions are sampled by the trained model itself (`use_vllm=False`): the reference
+    agents train on CPU.
+    """
+    return {
+        **common,
+        "per_device_train_batch_size": settings.prompts_per_step * settings.num_generations,
+        "num_generations": settings.num_generations,
+        "max_completion_length": settings.max_completion_length,
+        "temperature": settings.temperature,
+        "beta": 0.0,
+        "learning_rate": settings.learning_rate,
+        "lr_scheduler_type": "constant",
+        "max_grad_norm": settings.max_grad_norm,
+        "logging_steps": 1,
+        "use_vllm": False,
+    }
+
+
 class GRPOSession(RoundSession):
     """A policy trained round by round with GRPO; saved after each round."""
 
@@ -84,19 +105,7 @@ class GRPOSession(RoundSession):
 
         s = self.settings
         clock = self.start_round(s.learning_rate, seconds, max_steps)
-        config = GRPOConfig(
-            **self.trainer_args("grpo", max_steps, s.seed),
-            per_device_train_batch_size=s.prompts_per_step * s.num_generations,
-            num_generations=s.num_generations,
-            max_completion_length=s.max_completion_length,
-            temperature=s.temperature,
-            beta=0.0,
-            learning_rate=s.learning_rate,
-            lr_scheduler_type="constant",
-            max_grad_norm=s.max_grad_norm,
-            logging_steps=1,
-            use_vllm=False,
-        )
+        config = GRPOConfig(**grpo_config_kwargs(s, self.trainer_args("grpo", max_steps, s.seed)))
         trainer = GRPOTrainer(
             model=self.model,
             reward_funcs=cast(Any, exact_match_reward),

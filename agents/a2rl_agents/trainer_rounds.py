@@ -101,7 +101,7 @@ class RoundSession:
             "disable_tqdm": True,
             "use_cpu": self.use_cpu,
             "bf16": self.bf16,
-            "activation_checkpointing": False,  # trl turns it on by default; slower for a tiny model
+            "gradient_checkpointing": False,  # trl turns it on by default; slower for a tiny model
             "dataloader_num_workers": 0,
             "seed": seed + self.rounds_done,
             "data_seed": seed + self.rounds_done,

@@ -8,7 +8,7 @@ from typing import Any
 
 from a2rl.inference import GenerationRequest, InferenceBackend
 from a2rl_grader.inference.loading import ModelLoadError, check_model_dir
-from a2rl_grader.inference.text import cut_at_stops
+from a2rl_grader.inference.text import cut_at_stops, prompt_texts
 
 
 def _pick_device(device: str) -> str:
@@ -63,18 +63,7 @@ class TransformersBackend(InferenceBackend):
         self.decode_steps = 0
 
     def _texts(self, prompts: Sequence[str], chat: bool) -> list[str]:
-        if not chat:
-            return list(prompts)
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise ModelLoadError("chat prompts need a chat template, and the tokenizer has none")
-        return [
-            str(
-                self.tokenizer.apply_chat_template(
-                    [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
-                )
-            )
-            for p in prompts
-        ]
+        return prompt_texts(self.tokenizer, prompts, chat)
 
     def generate(self, prompts: Sequence[str], request: GenerationRequest) -> list[str]:
         texts = self._texts(prompts, request.chat)

@@ -2,9 +2,9 @@
 
 `GenerationRequest(chat=True)` wraps one user message; few-shot prompts in chat form need
 several turns, so they are rendered here with the model's own tokenizer and sent as plain text
-(both backends then tokenize the same string). The tokenizer comes from the backend: the
-transformers backend exposes `tokenizer`, vLLM's engine `get_tokenizer()`. A backend may also
-offer `render_chat(messages) -> str | None` itself, which wins.
+(both backends then tokenize the same string). The tokenizer comes from the backend's
+`tokenizer` (transformers: the loaded tokenizer; vLLM: the engine's `get_tokenizer()`). A backend
+may also offer `render_chat(messages) -> str | None` itself, which wins.
 """
 
 from __future__ import annotations
@@ -16,13 +16,8 @@ Message = dict[str, str]
 
 
 def backend_tokenizer(backend: Any) -> Any | None:
-    """The backend's tokenizer (transformers: `tokenizer`; vLLM: the engine's), None if unknown."""
-    tok = getattr(backend, "tokenizer", None)
-    if tok is None:
-        llm = getattr(backend, "_llm", None)
-        get = getattr(llm, "get_tokenizer", None)
-        tok = get() if callable(get) else None
-    return tok
+    """The backend's tokenizer (transformers: the loaded one; vLLM: the engine's), None if unknown."""
+    return getattr(backend, "tokenizer", None)
 
 
 def chat_tokenizer(backend: Any) -> Any | None:
