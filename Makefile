@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 A2RL := $(VENV)/bin/a2rl
 
-.PHONY: venv sandbox-deps demo test test-unit test-secret-check test-under-load lint typecheck crds chart lock testenv clean
+.PHONY: venv sandbox-deps demo test test-unit test-secret-check test-under-load lint typecheck crds chart lock testenv images image-deps clean
 
 venv:
 	@hack/venv
@@ -54,12 +54,24 @@ crds: venv
 chart: venv
 	$(A2RL) chart generate
 
-lock:
-	UV_CACHE_DIR=$${A2RL_CACHE_DIR:-$$HOME/.cache/a2rl}/uv uv pip compile requirements/dev.in \
-	  -o requirements/lock.txt --python-version 3.11 --python-platform x86_64-manylinux_2_28
+# hack/venv installs the pinned uv this uses (under ~/.cache/a2rl/tools).
+lock: venv
+	cache=$${A2RL_CACHE_DIR:-$$HOME/.cache/a2rl}; UV_CACHE_DIR=$$cache/uv $$cache/tools/uv-0.13.9/bin/uv \
+	  pip compile requirements/dev.in -o requirements/lock.txt --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28
 
 testenv: venv
 	hack/testenv build
+
+# podman, buildah, mmdebstrap and podman's containers.conf drop-in (docs/images.md)
+image-deps:
+	@hack/image-deps
+
+# Every image under images/, cached by the hashes of its inputs (docs/images.md). A second run with
+# nothing changed takes seconds. REGISTRY=<registry/prefix> tags, PUSH=1 also pushes,
+# IMAGES="operator grader" builds those (and what they are built on), GPU=0 skips the GPU variants.
+images: image-deps
+	@python3 hack/images.py $(if $(filter 0,$(GPU)),--no-gpu)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
