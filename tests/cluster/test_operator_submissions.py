@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,13 +25,14 @@ from a2rl_tasks import get_task
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from a2rl.constants import LABEL_COMPONENT, LABEL_RUN_UID
+from a2rl.constants import ENV_POD_DEFAULTS, LABEL_COMPONENT, LABEL_RUN_UID
 from a2rl.models.tiny import build_tiny_model
 from a2rl.records.result import ResultRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import hash_tree
 from a2rl.tracing.context import traceparent_from_annotations
 from a2rl.tracing.spans import collect_spans
+from tests.support.grading_fixtures import grading_operator
 from tests.support.grading_support import (
     DRAIN_TIMEOUT_S,
     EVAL_LIMIT,
@@ -53,7 +54,37 @@ from tests.support.operator_support import RESTRICTED, condition, get_run, wait_
 
 pytestmark = [pytest.mark.cluster, pytest.mark.minio]
 
-# The fixtures `admin`, `minio_env`, `store`, `volumes` and `operator`: tests/support/grading_fixtures.py.
+# The fixtures `admin`, `minio_env`, `store` and `volumes`: tests/support/grading_fixtures.py.
+
+# The chart's podDefaults of eval and report pods (A2RL_POD_DEFAULTS): what lets the kwok nodes
+# still take them (a toleration, a preferred affinity, pull Secrets), each pod's kind its own.
+POD_DEFAULTS = {
+    kind: {
+        "tolerations": [{"key": f"a2rl.dev/{kind}", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "preference": {"matchExpressions": [{"key": "tier", "operator": "In",
+                                                               "values": [kind]}]}}]}},
+        "imagePullSecrets": [{"name": f"{kind}-pull"}],
+    }
+    for kind in ("eval", "report")
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def operator(
+    volumes: None, store: ObjectStore, admin: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """The grading operator (tests/support/grading_fixtures.py) with the eval and report pods' defaults."""
+    with grading_operator(admin, tmp_path_factory, env={ENV_POD_DEFAULTS: json.dumps(POD_DEFAULTS)}) as proc:
+        yield proc
+
+
+def assert_pod_defaults(pod: dict[str, Any], kind: str) -> None:
+    """`pod` (as the API server stored it) carries the chart's defaults of its kind."""
+    want, spec = POD_DEFAULTS[kind], pod["spec"]
+    assert want["tolerations"][0] in spec["tolerations"], kind
+    assert spec["affinity"] == want["affinity"], kind
+    assert spec["imagePullSecrets"] == want["imagePullSecrets"], kind
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +143,7 @@ def test_submissions_are_evaluated_in_eval_jobs_and_the_run_is_graded(
     )  # admitted as `restricted`
     spec = pod["spec"]
     assert spec["automountServiceAccountToken"] is False
+    assert_pod_defaults(pod, "eval")
     eval_c = spec["containers"][0]
     want = {"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "1", "ephemeral-storage": "60Gi"}
     assert eval_c["resources"]["limits"] == want
@@ -226,6 +258,7 @@ def test_submissions_are_evaluated_in_eval_jobs_and_the_run_is_graded(
     rjob = batch.read_namespaced_job(f"{name}-report", ns)
     assert rjob.metadata.owner_references[0].uid == uid
     rpod = running_pod(admin, ns, f"batch.kubernetes.io/job-name={name}-report")
+    assert_pod_defaults(rpod, "report")
     reported = play(admin, rpod, "report", {"/tmp": tmp_path / "report-scratch"})
     assert reported.returncode == 0, reported.stderr
     finish_pod(admin, rpod, reported)
