@@ -209,7 +209,10 @@ def plan(inputs: Inputs, *, gpu: bool = True) -> list[Image]:
                 "images/runtime/Dockerfile",
                 target="ml",
                 args=(("BASE", "@base"), ("EXTRAS", extras)),
-                check=(None, ("a2rl", "eval", "--help")),
+                # The GPU variant's check imports vLLM (it imports on CPU; an engine needs a GPU).
+                check=(None, ("python", "-c", "import vllm, a2rl_grader; print('vllm', vllm.__version__)"))
+                if variant
+                else (None, ("a2rl", "eval", "--help")),
                 uv_cache=True,
                 variant=variant,
             ),
