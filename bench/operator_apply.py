@@ -35,6 +35,7 @@ from tests.support.operator_install import (  # noqa: E402
     install_rbac,
     serviceaccount_kubeconfig,
 )
+from tests.testenv.controlplane import free_port  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -102,13 +103,8 @@ def main() -> int:
     kubeconfig = serviceaccount_kubeconfig(
         admin, "a2rl-system", "a2rl-operator", work / "operator.kubeconfig"
     )
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     operator = OperatorProcess(
-        kubeconfig, work / "operator.log", ["--store-uri", "s3://bench/runs"], port=port
+        kubeconfig, work / "operator.log", ["--store-uri", "s3://bench/runs"], port=free_port()
     )
     operator.start()
     core, custom, batch = client.CoreV1Api(admin), client.CustomObjectsApi(admin), client.BatchV1Api(admin)

@@ -49,6 +49,7 @@ from tests.support.operator_install import (  # noqa: E402
     install_rbac,
     serviceaccount_kubeconfig,
 )
+from tests.testenv.controlplane import free_port  # noqa: E402
 
 WORKERS = 16
 STORE_URI = "s3://bench/runs"
@@ -141,14 +142,6 @@ def with_operator(admin: client.ApiClient, ns: str, n: int, proc: OperatorProces
     return {"seconds": elapsed, "cpu_s": proc.cpu_seconds() - cpu0, "jobs": len(seen)}
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -179,7 +172,7 @@ def main() -> int:
     plain_calls = api_requests(admin) - before
     op_ns = new_namespace(core, "operator")
     proc = OperatorProcess(kubeconfig, work / "operator.log", ["-n", op_ns, "--store-uri", STORE_URI],
-                           port=_free_port())  # fmt: skip
+                           port=free_port())  # fmt: skip
     proc.start()
     try:
         before = api_requests(admin)

@@ -17,12 +17,12 @@ import time
 from collections import Counter as Tally
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, TypeVar
 
 import kopf
 
-from a2rl.metrics import Registry
+from a2rl.metrics import Histogram, Registry
+from a2rl.runs import parse_time
 from a2rl_operator import status as st
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -59,12 +59,8 @@ def run_seen(body: Mapping[str, Any]) -> RunSeen:
 
 
 def _seconds_between(start: Any, end: Any) -> float | None:
-    try:
-        a = datetime.fromisoformat(str(start).replace("Z", "+00:00"))
-        b = datetime.fromisoformat(str(end).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return max(0.0, (b - a).total_seconds())
+    a, b = parse_time(start), parse_time(end)
+    return None if a is None or b is None else max(0.0, (b - a).total_seconds())
 
 
 class OperatorMetrics:
@@ -111,40 +107,41 @@ class OperatorMetrics:
 
     def observe_run(self, body: Mapping[str, Any], event: str | None) -> None:
         uid = str((body.get("metadata") or {}).get("uid") or "")
-        if not uid:
-            return
-        if event == "DELETED":
+        if uid and not self._forget(self._runs, uid, event):
             with self._lock:
-                self._runs.pop(uid, None)
-            return
-        seen = run_seen(body)
-        wait = (body.get("status") or {}).get("queueWaitSeconds")
-        with self._lock:
-            self._runs[uid] = seen
-            first = wait is not None and ("queue", uid) not in self._waits_seen
-            if first:
-                self._waits_seen.add(("queue", uid))
-        if first and wait is not None:
-            self.queue_wait.observe(float(wait))
+                self._runs[uid] = run_seen(body)
+            wait = (body.get("status") or {}).get("queueWaitSeconds")
+            self._observe_once(self.queue_wait, "queue", uid, None if wait is None else float(wait))
 
     def observe_submission(self, body: Mapping[str, Any], event: str | None) -> None:
         meta, status = body.get("metadata") or {}, body.get("status") or {}
         uid = str(meta.get("uid") or "")
-        if not uid:
-            return
-        if event == "DELETED":
+        if uid and not self._forget(self._submissions, uid, event):
             with self._lock:
-                self._submissions.pop(uid, None)
-            return
-        started = status.get("startedAt")
-        wait = _seconds_between(meta.get("creationTimestamp"), started) if started else None
+                self._submissions[uid] = str(status.get("state") or "Pending")
+            started = status.get("startedAt")
+            self._observe_once(
+                self.eval_wait, "eval", uid, _seconds_between(meta.get("creationTimestamp"), started)
+            )
+
+    def _forget(self, table: dict[str, Any], uid: str, event: str | None) -> bool:
+        """On a DELETED event: drop the object (its series go at the next scrape); True then."""
+        if event != "DELETED":
+            return False
         with self._lock:
-            self._submissions[uid] = str(status.get("state") or "Pending")
-            first = wait is not None and ("eval", uid) not in self._waits_seen
-            if first:
-                self._waits_seen.add(("eval", uid))
-        if first and wait is not None:
-            self.eval_wait.observe(wait)
+            table.pop(uid, None)
+            self._waits_seen.difference_update({("queue", uid), ("eval", uid)})
+        return True
+
+    def _observe_once(self, histogram: Histogram, kind: str, uid: str, seconds: float | None) -> None:
+        """Count `seconds` into `histogram` the first time an object's wait is known, never again."""
+        if seconds is None:
+            return
+        with self._lock:
+            if (kind, uid) in self._waits_seen:
+                return
+            self._waits_seen.add((kind, uid))
+        histogram.observe(seconds)
 
     def _collect(self) -> None:
         with self._lock:
