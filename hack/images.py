@@ -493,6 +493,26 @@ def cache_dir() -> Path:
     return Path(os.environ.get("A2RL_CACHE_DIR") or Path.home() / ".cache/a2rl") / "images"
 
 
+def podman_env() -> dict[str, str]:
+    """The environment of every podman call: its image store under `<cache>/images/storage` (with
+    the other cached builds, so a machine that keeps `~/.cache/a2rl` keeps its images), unless
+    CONTAINERS_STORAGE_CONF names another. The real node's import (tests/testenv/node_images.py)
+    reads the images from there through this function."""
+    env = dict(os.environ)
+    if not env.get("CONTAINERS_STORAGE_CONF"):
+        store = cache_dir() / "storage"
+        conf = cache_dir() / "storage.conf"
+        text = (
+            "# Written by a2rl hack/images.py: the images' own store, kept with the other cached builds.\n"
+            f'[storage]\ndriver = "overlay"\ngraphroot = "{store}"\nrunroot = "/run/a2rl-containers"\n'
+        )
+        if not conf.exists() or conf.read_text() != text:
+            conf.parent.mkdir(parents=True, exist_ok=True)
+            conf.write_text(text)
+        env["CONTAINERS_STORAGE_CONF"] = str(conf)
+    return env
+
+
 def say(msg: str) -> None:
     print(f"[images] {msg}", file=sys.stderr, flush=True)
 
@@ -502,7 +522,9 @@ def run_logged(argv: list[str], log: Path, what: str) -> None:
     with log.open("a") as out:
         out.write(f"$ {' '.join(argv)}\n")
         out.flush()
-        proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, check=False)
+        proc = subprocess.run(
+            argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=podman_env(), check=False
+        )
     if proc.returncode != 0:
         raise BuildError(f"{what} failed (exit {proc.returncode}): {last_error(log)}; log: {log}")
 
@@ -521,7 +543,7 @@ def last_error(log: Path) -> str:
 
 
 def podman(*args: str) -> str:
-    proc = subprocess.run(["podman", *args], capture_output=True, text=True, check=False)
+    proc = subprocess.run(["podman", *args], capture_output=True, text=True, env=podman_env(), check=False)
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
