@@ -111,6 +111,11 @@ TOOLS: tuple[Component, ...] = (
     # kubectl at the control plane's version, from a wrapper module of its own (hack/testenv.d/kubectl:
     # ../k8s's pins plus kubectl's own dependencies), so the control plane's versions key stays.
     Component("kubectl", "kubectl", "k8s.io/kubernetes/cmd/kubectl", K8S_VERSION, _K8S_LDFLAGS),
+    # The real node (tests/testenv/node.py): kubelet and kube-proxy at the control plane's version from
+    # a wrapper module of their own (../k8s's pins plus theirs), and the pod sandbox ("pause") program.
+    Component("kubelet", "node", "k8s.io/kubernetes/cmd/kubelet", K8S_VERSION, _K8S_LDFLAGS),
+    Component("kube-proxy", "node", "k8s.io/kubernetes/cmd/kube-proxy", K8S_VERSION, _K8S_LDFLAGS),
+    Component("pause", "pause", "a2rl.dev/testenv/pause", "1"),
 )
 # Binaries that may come from an envtest install (KUBEBUILDER_ASSETS).
 ENVTEST_NAMES = ("etcd", "kube-apiserver")

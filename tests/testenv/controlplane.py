@@ -176,7 +176,7 @@ class Pki:
     def key(self, name: str) -> Path:
         return self.dir / f"{name}.key"
 
-    def create(self) -> None:
+    def create(self, host: str = "127.0.0.1") -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "3650"]
         _openssl("req", "-x509", *ec, "-keyout", str(self.ca_key), "-out", str(self.ca_cert),
@@ -184,15 +184,18 @@ class Pki:
                  "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature")  # fmt: skip
         sans = "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
         sans += "DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1"
-        self._leaf("apiserver", "/CN=kube-apiserver", "serverAuth", sans)
-        self._leaf("admin", "/O=system:masters/CN=a2rl-admin", "clientAuth")
-        self._leaf("controller-manager", "/CN=system:kube-controller-manager", "clientAuth")
-        self._leaf("scheduler", "/CN=system:kube-scheduler", "clientAuth")
+        if host != "127.0.0.1":
+            sans += f",IP:{host}"
+        self.leaf("apiserver", "/CN=kube-apiserver", "serverAuth", sans)
+        self.leaf("admin", "/O=system:masters/CN=a2rl-admin", "clientAuth")
+        self.leaf("controller-manager", "/CN=system:kube-controller-manager", "clientAuth")
+        self.leaf("scheduler", "/CN=system:kube-scheduler", "clientAuth")
         # Service-account token signing key pair (EC, ES256 tokens).
         _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(self.key("sa")))
         _openssl("ec", "-in", str(self.key("sa")), "-pubout", "-out", str(self.dir / "sa.pub"))
 
-    def _leaf(self, name: str, subject: str, usage: str, sans: str = "") -> None:
+    def leaf(self, name: str, subject: str, usage: str, sans: str = "") -> None:
+        """`<name>.crt`/`.key` signed by the CA: `usage` serverAuth (with `sans`) or clientAuth."""
         args = ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
                 "-days", "3650", "-keyout", str(self.key(name)), "-out", str(self.cert(name)),
                 "-subj", subject, "-CA", str(self.ca_cert), "-CAkey", str(self.ca_key),
@@ -226,12 +229,16 @@ def write_kubeconfig(
 
 @dataclass
 class ControlPlane:
-    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok under `state_dir`."""
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok under `state_dir`.
+
+    The API server listens on `host`: loopback, or the host end of the real node's link
+    (tests/testenv/hostnet.py), where the `kubernetes` Service's endpoints point for pods."""
 
     state_dir: Path
     binaries: dict[str, Path] = field(default_factory=build.binary_paths)
     processes: dict[str, Process] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
+    host: str = "127.0.0.1"
 
     @property
     def pki(self) -> Pki:
@@ -243,7 +250,7 @@ class ControlPlane:
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.ports['apiserver']}"
+        return f"https://{self.host}:{self.ports['apiserver']}"
 
     @property
     def bin_dir(self) -> Path:
@@ -258,7 +265,7 @@ class ControlPlane:
         self.ports.setdefault("etcd-peer", free_port())
         self.ports.setdefault("apiserver", free_port())
         self.ports.setdefault("kwok", free_port())
-        self.pki.create()
+        self.pki.create(self.host)
         self._write_kubeconfigs()
         try:
             self._start_etcd()
@@ -311,21 +318,28 @@ class ControlPlane:
         proc = self._spawn("kube-apiserver", [
             str(self.binaries["kube-apiserver"]),
             f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-            "--bind-address=127.0.0.1", f"--secure-port={self.ports['apiserver']}",
-            "--advertise-address=127.0.0.1", f"--cert-dir={state / 'apiserver-certs'}",
+            f"--bind-address={self.host}", f"--secure-port={self.ports['apiserver']}",
+            f"--advertise-address={self.host}", f"--cert-dir={state / 'apiserver-certs'}",
             f"--tls-cert-file={pki.cert('apiserver')}", f"--tls-private-key-file={pki.key('apiserver')}",
             f"--client-ca-file={pki.ca_cert}",
             "--authorization-mode=Node,RBAC",
             # PodSecurity is on by default; naming it makes the intent explicit and guards a change.
             "--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,PodSecurity,"
-            "DefaultTolerationSeconds,Priority,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+            "DefaultTolerationSeconds,Priority,ResourceQuota,NodeRestriction,MutatingAdmissionWebhook,"
+            "ValidatingAdmissionWebhook",
+            # Logs, exec and port-forward of a real node's pods: its kubelet's serving certificate is
+            # signed by the test CA; the API server is a client of the kubelet with the admin's.
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-certificate-authority={pki.ca_cert}",
+            f"--kubelet-client-certificate={pki.cert('admin')}", f"--kubelet-client-key={pki.key('admin')}",
             "--allow-privileged=true",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki.dir / 'sa.pub'}",
             f"--service-account-signing-key-file={pki.key('sa')}",
-            # The "kubernetes" Service cannot point at a loopback address.
-            "--endpoint-reconciler-type=none",
+            # The "kubernetes" Service cannot point at a loopback address; on the real node's link it
+            # points at `host`, where pods reach it through kube-proxy.
+            "--endpoint-reconciler-type=" + ("none" if self.host.startswith("127.") else "lease"),
             "--profiling=false", "--v=1",
         ])  # fmt: skip
 
@@ -388,7 +402,7 @@ class ControlPlane:
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
         conn = http.client.HTTPSConnection(
-            "127.0.0.1", self.ports["apiserver"], context=self._ssl_context(), timeout=10
+            self.host, self.ports["apiserver"], context=self._ssl_context(), timeout=10
         )
         try:
             payload = json.dumps(body).encode() if body is not None else None
@@ -484,6 +498,7 @@ class ControlPlane:
     def describe(self) -> dict[str, Any]:
         return {
             "state_dir": str(self.state_dir),
+            "host": self.host,
             "ports": self.ports,
             "binaries": {k: str(v) for k, v in self.binaries.items()},
             "pids": {name: proc.pid for name, proc in self.processes.items()},
@@ -494,7 +509,8 @@ class ControlPlane:
     def attach(cls, info: dict[str, Any]) -> ControlPlane:
         """Rebuild the handle of a control plane started by another process (hack/testenv up)."""
         state = Path(info["state_dir"])
-        cp = cls(state_dir=state, binaries={k: Path(v) for k, v in info["binaries"].items()})
+        binaries = {k: Path(v) for k, v in info["binaries"].items()}
+        cp = cls(state_dir=state, binaries=binaries, host=info.get("host", "127.0.0.1"))
         cp.ports = dict(info["ports"])
         for name, pid in info["pids"].items():
             proc = Process(name, [info["argv0"][name]], state / f"{name}.log")
@@ -517,10 +533,12 @@ class MinioServer:
     access_key: str = field(default_factory=lambda: "a2rl-" + secrets.token_hex(6))
     secret_key: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     process: Process | None = None
+    #: Where it listens: loopback, or the host end of the real node's link (pods reach it there).
+    host: str = "127.0.0.1"
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def data_dir(self) -> Path:
@@ -540,7 +558,7 @@ class MinioServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.process = Process("minio", [
             str(self.binary), "server", str(self.data_dir), "--quiet",
-            "--address", f"127.0.0.1:{self.port}", "--console-address", f"127.0.0.1:{self.console_port}",
+            "--address", f"{self.host}:{self.port}", "--console-address", f"{self.host}:{self.console_port}",
         ], self.state_dir / "minio.log", env=self.env())  # fmt: skip
         self.process.start()
         proc = self.process
@@ -567,6 +585,7 @@ class MinioServer:
         return {
             "state_dir": str(self.state_dir),
             "binary": str(self.binary),
+            "host": self.host,
             "port": self.port,
             "console_port": self.console_port,
             "access_key": self.access_key,
@@ -583,6 +602,7 @@ class MinioServer:
             console_port=info["console_port"],
             access_key=info["access_key"],
             secret_key=info["secret_key"],
+            host=info.get("host", "127.0.0.1"),
         )
         server.process = Process("minio", [info["binary"]], server.state_dir / "minio.log")
         server.process.pid = info["pid"]
