@@ -161,6 +161,8 @@ ENV_EVAL_MAX_PROCESSES: Final = "A2RL_EVAL_MAX_PROCESSES"  # tasks/threads of on
 ENV_EVAL_SANDBOX: Final = "A2RL_EVAL_SANDBOX"  # auto (bubblewrap when usable) | bwrap (required) | none
 ENV_EVAL_NICE: Final = "A2RL_EVAL_NICE"  # niceness added to an eval process (default 10; 0: none)
 ENV_EVAL_THREADS: Final = "A2RL_EVAL_THREADS"  # its CPU threads (default half the cores, at least 1)
+#: The variables that bound a process's CPU threads (OpenMP, MKL, OpenBLAS; torch follows OpenMP's).
+THREAD_ENV: Final = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 ENV_EVAL_MAX_PARAMETERS: Final = "A2RL_EVAL_MAX_PARAMETERS"  # parameter bound (default: from the base model)
 
 # --- LLM judge and search tool of judge-based tasks (evaluation only; never in the agent pod) ---

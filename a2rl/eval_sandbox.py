@@ -50,6 +50,7 @@ from a2rl.constants import (
     ENV_EVAL_SANDBOX,
     ENV_EVAL_THREADS,
     ENV_EVAL_TIMEOUT,
+    THREAD_ENV,
 )
 from a2rl.egress_proxy import EGRESS_PORT, EgressProxy, describe_addresses, egress_addresses, proxy_env
 from a2rl.errors import A2rlError
@@ -62,8 +63,6 @@ DEFAULT_MAX_PROCESSES = 4096
 DEFAULT_MEMORY_FRACTION = 0.75
 #: Niceness an eval process adds to the launcher's (`A2RL_EVAL_NICE`).
 DEFAULT_EVAL_NICE = 10
-#: The variables that bound a process's CPU threads (OpenMP, MKL, OpenBLAS; torch follows OpenMP's).
-THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 SANDBOX_MODES = ("auto", "bwrap", "none")
 #: GPU device nodes passed through when present (NVIDIA, DRM render nodes).
 GPU_DEVICE_GLOBS = ("nvidia*", "nvidia-caps", "dri")

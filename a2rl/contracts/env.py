@@ -10,6 +10,7 @@ lists, adding what only a pod has (secretKeyRefs, dispatch, spool). The rest (`a
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from a2rl.api.benchrun import BenchRunSpec
+from a2rl.api.common import quantity_value
 from a2rl.constants import (
     ENV_BASE_MODEL,
     ENV_BASE_MODEL_DIGEST,
@@ -51,6 +53,7 @@ from a2rl.constants import (
     ENV_STORE_URI,
     ENV_TASK,
     ENV_WORKSPACE,
+    THREAD_ENV,
     WORKSPACE_MOUNT,
 )
 from a2rl.errors import A2rlError
@@ -104,6 +107,15 @@ def agent_base_env(environ: Mapping[str, str]) -> dict[str, str]:
         for k, v in environ.items()
         if k in AGENT_INHERITED_ENV or k.startswith(AGENT_INHERITED_ENV_PREFIXES)
     }
+
+
+def cpu_thread_env(cpu: str) -> dict[str, str]:
+    """`THREAD_ENV` at a container's CPU limit, rounded up (at least 1). OpenMP (so torch), MKL and
+    OpenBLAS start a thread per core of the node otherwise, and a container limited below that is
+    throttled: SFT steps of the tiny model ran 3x slower with 2 threads under a 0.9-CPU limit on
+    2 cores than with 1 (docs/testenv.md, the real node)."""
+    threads = str(max(1, math.ceil(quantity_value(cpu))))
+    return dict.fromkeys(THREAD_ENV, threads)
 
 
 def agent_contract_env(spec: BenchRunSpec, ws: Workspace, grading_url: str) -> dict[str, str]:

@@ -4,6 +4,7 @@ status, the run's aggregate scores, and the steps of the end of a run."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -38,6 +39,7 @@ from a2rl_tasks import TASKS, get_task, task_class
 
 from a2rl.api.benchrun import BenchRunStatus
 from a2rl.api.benchsubmission import BenchSubmissionSpec, BenchSubmissionStatus, SubmissionState
+from a2rl.api.common import quantity_value
 from a2rl.constants import (
     ANNOTATION_TRACE_CONTEXT,
     ENV_JUDGE_API_KEY,
@@ -721,3 +723,12 @@ def test_tasks_that_call_a_judge_declare_its_endpoint() -> None:
         source = inspect.getsource(importlib.import_module(cls.__module__))
         assert ("a2rl_tasks.judge" in source) == (ENV_JUDGE_BASE_URL in cls.endpoint_env), name
     assert task_class("deepsearchqa").endpoint_env == (ENV_JUDGE_BASE_URL, ENV_SEARCH_URL)
+
+
+def test_eval_and_report_threads_follow_their_cpu_limits() -> None:
+    run = benchrun(evaluation={"cpu": "1500m", "memory": "2Gi", "backend": "transformers"})
+    env = {e["name"]: e.get("value") for e in containers(build(run))["eval"]["env"]}
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "2"
+    report = report_job(run, parse_spec(run), STORE, GRADING)["spec"]["template"]["spec"]["containers"][0]
+    renv = {e["name"]: e.get("value") for e in report["env"]}
+    assert renv["OMP_NUM_THREADS"] == str(max(1, math.ceil(quantity_value(GRADING.report_cpu))))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from a2rl_operator.manifests.job import active_deadline_seconds, workspace_job
 from a2rl_operator.manifests.network import GatewayError, network_policy, parse_gateway
 from a2rl_recorder.config import RecorderConfig
 
+from a2rl.api.common import quantity_value
 from a2rl.constants import (
     AGENT_CONTRACT_ENV,
     ANNOTATION_DO_NOT_DISRUPT,
@@ -332,3 +334,23 @@ def test_setup_container_prepares_the_workspace_before_the_recorder_with_the_rec
     # The agent gets none of it.
     (agent,) = pod["containers"]
     assert "envFrom" not in agent and "A2RL_RUN_PREFIX" not in {e["name"] for e in agent["env"]}
+
+
+def test_cpu_threads_follow_the_containers_cpu_limit_unless_the_run_sets_them() -> None:
+    """torch starts a thread per core of the node; under a lower CPU limit they are throttled (3x
+    slower SFT steps at 0.9 CPU, measured on the real node), so the agent and the set-up get
+    OMP_NUM_THREADS and kin at their limit, rounded up; the run's own variables still win."""
+    run = benchrun(resources={"cpu": "900m", "memory": "3Gi"})
+    pod = workspace_job(run, parse_spec(run), CONFIG)["spec"]["template"]["spec"]
+    (agent,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in agent["env"]}
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "1"
+    setup = {e["name"]: e["value"] for e in pod["initContainers"][0]["env"]}
+    assert setup["OMP_NUM_THREADS"] == str(max(1, math.ceil(quantity_value(CONFIG.setup_cpu))))
+    run = benchrun(
+        resources={"cpu": "2500m"},
+        agent={"image": "agent:1", "command": ["python"], "env": [{"name": "OMP_NUM_THREADS", "value": "8"}]},
+    )
+    (agent,) = workspace_job(run, parse_spec(run), CONFIG)["spec"]["template"]["spec"]["containers"]
+    threads = [e["value"] for e in agent["env"] if e["name"] == "OMP_NUM_THREADS"]
+    assert threads == ["3", "8"]  # the kubelet keeps the last of a repeated name: the run's

@@ -140,3 +140,8 @@ def restricted_security_context() -> Manifest:
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+def env_list(pairs: dict[str, str]) -> list[Manifest]:
+    """A container's `env` entries for `pairs`, in their order."""
+    return [{"name": k, "value": v} for k, v in pairs.items()]

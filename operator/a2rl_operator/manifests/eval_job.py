@@ -32,6 +32,7 @@ from a2rl.constants import (
     ENV_JUDGE_API_KEY,
     LABEL_SUBMISSION_INDEX,
 )
+from a2rl.contracts.env import cpu_thread_env
 from a2rl.launch import OFFLINE_ENV  # the eval process never reaches a model hub
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
@@ -40,6 +41,7 @@ from a2rl_operator.manifests.common import (
     Body,
     Manifest,
     child_name,
+    env_list,
     guaranteed,
     kueue_labels,
     pod_security_context,
@@ -135,12 +137,8 @@ def hardened_security_context() -> Manifest:
     return {**restricted_security_context(), "readOnlyRootFilesystem": True}
 
 
-def _env(pairs: dict[str, str]) -> list[Manifest]:
-    return [{"name": k, "value": v} for k, v in pairs.items()]
-
-
 def eval_env(spec: BenchRunSpec, grading: GradingConfig) -> list[Manifest]:
-    env = _env({**OFFLINE_ENV, **SCRATCH_ENV, **grading.run_eval_env(spec)})
+    env = env_list({**OFFLINE_ENV, **SCRATCH_ENV, **grading.run_eval_env(spec)})
     judge = spec.evaluation.judge_secret_ref
     if judge is not None:
         env.append({"name": ENV_JUDGE_API_KEY,
@@ -185,7 +183,7 @@ def fetch_container(run: Body, spec: BenchRunSpec, target: EvalTarget, grading: 
         "name": FETCH_CONTAINER,
         "image": grading.grader_image,
         "command": fetch_command(spec, target),
-        "env": _env(SCRATCH_ENV),
+        "env": env_list(SCRATCH_ENV),
         "envFrom": grading_store_env_from(run, spec),
         "resources": guaranteed(amounts),
         "securityContext": hardened_security_context(),
@@ -201,7 +199,9 @@ def eval_container(run: Body, spec: BenchRunSpec, target: EvalTarget, grading: G
         "name": EVAL_CONTAINER,
         "image": grading.grader_image,
         "command": eval_command(run, spec, target),
-        "env": eval_env(spec, grading) + pod_trace_env(run["metadata"].get("annotations")),
+        "env": eval_env(spec, grading)
+        + env_list(cpu_thread_env(spec.evaluation.cpu))
+        + pod_trace_env(run["metadata"].get("annotations")),
         "envFrom": eval_store_env_from(run, spec, target.index),
         "resources": eval_resources(spec),
         "securityContext": hardened_security_context(),

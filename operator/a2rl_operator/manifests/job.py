@@ -34,7 +34,7 @@ from a2rl.constants import (
     ENV_SPOOL_DIR,
     WORKSPACE_MOUNT,
 )
-from a2rl.contracts.env import agent_contract_env, agent_cwd, recorder_contract_env
+from a2rl.contracts.env import agent_contract_env, agent_cwd, cpu_thread_env, recorder_contract_env
 from a2rl.contracts.setup import SetupParams, setup_argv
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
@@ -43,6 +43,7 @@ from a2rl_operator.config import OperatorConfig
 from a2rl_operator.manifests.common import (
     Body,
     Manifest,
+    env_list,
     guaranteed,
     kueue_labels,
     object_meta,
@@ -88,10 +89,6 @@ def workspace_job_name(body: Body) -> str:
     return workspace_name(body)
 
 
-def _env(pairs: dict[str, str]) -> list[Manifest]:
-    return [{"name": k, "value": v} for k, v in pairs.items()]
-
-
 def pod_workspace(spec: BenchRunSpec) -> Workspace:
     """The workspace's paths as the pod's containers see them (the volume at `WORKSPACE_MOUNT`)."""
     return Workspace.for_base_model(Path(WORKSPACE_MOUNT), spec.base_model.name)
@@ -101,7 +98,9 @@ def agent_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
     """The agent-facing contract (docs/agents.md), then the user's extra variables. Nothing of
     `spec.driver`: its key (`secretRef`) is for the run's driver gateway pod only, never the agent
     (a stack run's agent gets the per-run gateway token, `gateway.stack_env`)."""
-    env = _env(agent_contract_env(spec, pod_workspace(spec), GRADING_URL))
+    env = env_list(agent_contract_env(spec, pod_workspace(spec), GRADING_URL))
+    # Threads at the CPU limit, unless the run's own variables say otherwise (they come after).
+    env += env_list(cpu_thread_env(spec.resources.cpu))
     env += [{"name": e.name, "value": e.value} for e in spec.agent.env]
     return env
 
@@ -119,7 +118,7 @@ def recorder_env(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> list
     values[ENV_SPOOL_DIR] = SPOOL_MOUNT
     values[ENV_RECORDER_DRAIN_TIMEOUT] = str(config.recorder_drain_timeout_s)
     # The run's trace context goes to the recorder only: the agent never sees it (as in local mode).
-    return _env(values) + pod_trace_env(meta.get("annotations"))
+    return env_list(values) + pod_trace_env(meta.get("annotations"))
 
 
 def agent_resources(spec: BenchRunSpec) -> Manifest:
@@ -204,7 +203,7 @@ def setup_container(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> M
         "command": setup_argv(params),
         # Its last log line (a one-line error for a user mistake) becomes the run's message.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "env": recorder_env(body, spec, config) + _env(scratch),
+        "env": recorder_env(body, spec, config) + env_list({**scratch, **cpu_thread_env(config.setup_cpu)}),
         "envFrom": store_env_from(body, spec),
         "resources": guaranteed(
             {

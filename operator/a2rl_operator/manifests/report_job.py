@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from a2rl.api.benchrun import BenchRunSpec
 from a2rl.api.chart_values import PodDefaults
 from a2rl.constants import COMPONENT_REPORT
+from a2rl.contracts.env import cpu_thread_env
 from a2rl.launch import OFFLINE_ENV
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
@@ -23,6 +24,7 @@ from a2rl_operator.manifests.common import (
     Body,
     Manifest,
     child_name,
+    env_list,
     guaranteed,
     kueue_labels,
     object_meta,
@@ -77,7 +79,7 @@ def report_pod_spec(
         "name": REPORT_CONTAINER,
         "image": grading.grader_image,
         "command": command,
-        "env": [{"name": k, "value": v} for k, v in {**OFFLINE_ENV, **SCRATCH_ENV}.items()] + list(env),
+        "env": env_list({**OFFLINE_ENV, **SCRATCH_ENV, **cpu_thread_env(grading.report_cpu)}) + list(env),
         "envFrom": list(env_from),
         "resources": guaranteed(amounts),
         "securityContext": hardened_security_context(),
