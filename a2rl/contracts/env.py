@@ -112,8 +112,8 @@ def agent_base_env(environ: Mapping[str, str]) -> dict[str, str]:
 def cpu_thread_env(cpu: str) -> dict[str, str]:
     """`THREAD_ENV` at a container's CPU limit, rounded up (at least 1). OpenMP (so torch), MKL and
     OpenBLAS start a thread per core of the node otherwise, and a container limited below that is
-    throttled: SFT steps of the tiny model ran 3x slower with 2 threads under a 0.9-CPU limit on
-    2 cores than with 1 (docs/testenv.md, the real node)."""
+    throttled: a small torch training loop ran 3x slower with 2 threads than with 1 under a 0.9-CPU
+    quota on 2 cores (docs/operator.md, "CPU threads")."""
     threads = str(max(1, math.ceil(quantity_value(cpu))))
     return dict.fromkeys(THREAD_ENV, threads)
 

@@ -337,9 +337,9 @@ def test_setup_container_prepares_the_workspace_before_the_recorder_with_the_rec
 
 
 def test_cpu_threads_follow_the_containers_cpu_limit_unless_the_run_sets_them() -> None:
-    """torch starts a thread per core of the node; under a lower CPU limit they are throttled (3x
-    slower SFT steps at 0.9 CPU, measured on the real node), so the agent and the set-up get
-    OMP_NUM_THREADS and kin at their limit, rounded up; the run's own variables still win."""
+    """torch starts a thread per core of the node; under a lower CPU limit they are throttled
+    (docs/operator.md, "CPU threads"), so the agent and the set-up get OMP_NUM_THREADS and kin at
+    their limit, rounded up; the run's own variables still win."""
     run = benchrun(resources={"cpu": "900m", "memory": "3Gi"})
     pod = workspace_job(run, parse_spec(run), CONFIG)["spec"]["template"]["spec"]
     (agent,) = pod["containers"]
