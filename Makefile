@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 A2RL := $(VENV)/bin/a2rl
 
-.PHONY: venv sandbox-deps demo test test-unit test-secret-check test-under-load lint typecheck crds chart lock testenv images image-deps clean
+.PHONY: venv sandbox-deps node-deps node-images demo cluster-demo cluster-demo-down test test-unit test-secret-check test-under-load lint typecheck crds chart lock testenv images image-deps clean
 
 venv:
 	@hack/venv
@@ -13,17 +13,35 @@ venv:
 sandbox-deps:
 	@hack/sandbox-deps
 
+# containerd, runc, the CNI plugins, iptables, conntrack: the test environment's real node (docs/testenv.md)
+node-deps:
+	@hack/node-deps
+
+# The images the real-node tier runs (tests/node), with their bases: seconds when up to date.
+node-images: image-deps
+	@python3 hack/images.py --no-gpu --only operator recorder grader agent-baselines
+
 demo: venv sandbox-deps
 	$(A2RL) run examples/arith-sft.yaml
 	$(A2RL) report --latest
 
-test: venv sandbox-deps
-	hack/testenv build
+# The demo BenchRun in real containers: the test environment with its real node, the chart installed
+# with helm, examples/cluster-demo applied and followed to its report (root; docs/testenv.md).
+cluster-demo: venv node-deps image-deps
+	$(PY) hack/cluster-demo up
+
+cluster-demo-down:
+	python3 hack/cluster-demo down
+
+# The Go builds of the test environment (CPU) and the images (mostly disk and the uv cache) run side
+# by side: on a cold machine that saves the shorter of the two (about 10 minutes).
+test: venv sandbox-deps node-deps image-deps
+	$(MAKE) --no-print-directory -j2 node-images testenv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m mypy
-	$(PY) -m pytest tests
+	hack/pytest-tiers $(PY)
 
 # The unit tier alone (no control plane, no MinIO, no training): a few minutes.
 test-unit: venv sandbox-deps

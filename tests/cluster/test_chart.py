@@ -8,7 +8,6 @@ them (no image is pulled: kwok plays the nodes) — then `helm uninstall`.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,34 +22,13 @@ from kubernetes.client.exceptions import ApiException
 from a2rl.api.chart_values import ChartValues, PodDefaults
 from a2rl.api.crdgen import KINDS
 from a2rl.constants import ENV_IMAGE_PULL_SECRETS, ENV_POD_DEFAULTS
+from tests.support.helm import Helm
 from tests.testenv import build
 
 pytestmark = [pytest.mark.cluster]
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "a2rl"
 FULL = CHART / "ci" / "full-values.yaml"
-
-
-class Helm:
-    def __init__(self, binary: Path, home: Path, kubeconfig: Path | None = None) -> None:
-        self.binary = binary
-        self.env = {
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(home),
-            "HELM_CACHE_HOME": str(home / "cache"),
-            "HELM_CONFIG_HOME": str(home / "config"),
-            "HELM_DATA_HOME": str(home / "data"),
-        }
-        if kubeconfig is not None:
-            self.env["KUBECONFIG"] = str(kubeconfig)
-
-    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [str(self.binary), *args], env=self.env, capture_output=True, text=True, timeout=120, check=False
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-        return proc
 
 
 @pytest.fixture(scope="module")

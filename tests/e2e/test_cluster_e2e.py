@@ -58,15 +58,18 @@ from tests.support.grading_support import (
 from tests.support.operator_install import OperatorProcess, serviceaccount_kubeconfig
 from tests.support.operator_support import RESTRICTED, get_run, wait_run
 
-# ~4 min on 2 idle cores (two training rounds); a loaded CI runner gets twice pyproject's 900 s.
+# About a minute on 2 idle cores (two short training rounds); a loaded CI runner gets twice pyproject's 900 s.
 pytestmark = [pytest.mark.cluster, pytest.mark.minio, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 EVAL_LIMIT = 40
 #: The reference agent with its default SFT settings, in two rounds of a fixed number of steps (not
 #: of seconds, so that a loaded machine changes the run's duration, not what the model learns).
+#: Few steps: this test is about the loop's plumbing with played pods; that the training improves
+#: the model (two rounds of 250 steps) is shown in real containers by
+#: tests/node/test_benchrun_real_node.py.
 AGENT_ENV = {
     "AGENT_MAX_ROUNDS": "2",
-    "AGENT_ROUND_MAX_STEPS": "250",
+    "AGENT_ROUND_MAX_STEPS": "30",
     "AGENT_FIRST_ROUND_S": "600",
     "AGENT_ROUND_S": "600",
     "AGENT_EVAL_ESTIMATE_S": "40",
@@ -235,7 +238,6 @@ def test_reference_agent_trains_submits_twice_and_the_run_is_graded_in_the_clust
     assert stored["best_score"] == best and stored["baseline_score"] == base
     assert len(stored["submissions"]) >= 2
     print("report summary:", st["report"]["summary"])
-    assert best > base, st["report"]["summary"]  # the agent's training did improve the model
 
     # 5. one trace: operator, setup, recorder, eval and report spans under the run's trace id.
     root = traceparent_from_annotations(run["metadata"].get("annotations"))

@@ -129,10 +129,12 @@ class NodeImages:
         return True
 
     def import_from_podman(self, refs: list[str], log: Callable[[str], None]) -> None:
-        """Copy each podman image `ref` into containerd (docker-archive, streamed), unless it is there
-        already from the same podman image id."""
+        """Copy the podman images `refs` into containerd, but those there already from the same podman
+        image id: one docker-archive stream of them all (`podman save -m` writes a layer the images
+        share once: the ML layers of the grader and agent-baselines images)."""
         stamps = self._stamps()
         present = self.refs()
+        ids: dict[str, str] = {}
         for ref in refs:
             proc = subprocess.run(
                 ["podman", "image", "inspect", "--format", "{{.Id}}", ref],
@@ -140,22 +142,23 @@ class NodeImages:
             )  # fmt: skip
             if proc.returncode != 0:
                 raise ImageError(f"image {ref} is not built: run `make images` ({proc.stderr.strip()})")
-            image_id = proc.stdout.strip()
-            if stamps.get(ref) == image_id and ref in present:
-                continue
-            started = time.monotonic()
-            save = subprocess.Popen(
-                ["podman", "save", "--format", "docker-archive", ref],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=podman_env(),
-            )  # fmt: skip
-            assert save.stdout is not None
-            try:
-                self.ctr("images", "import", "-", stdin=save.stdout.fileno(), timeout=1200)
-            finally:
-                save.stdout.close()
-                _, err = save.communicate()
-            if save.returncode != 0:
-                raise ImageError(f"podman save {ref}: {err.decode(errors='replace').strip()[-2000:]}")
-            stamps[ref] = image_id
-            self.stamps.write_text(json.dumps(stamps, indent=1))
-            log(f"[node] imported {ref} into containerd in {time.monotonic() - started:.0f}s")
+            ids[ref] = proc.stdout.strip()
+        todo = [ref for ref in refs if not (stamps.get(ref) == ids[ref] and ref in present)]
+        if not todo:
+            return
+        started = time.monotonic()
+        save = subprocess.Popen(
+            ["podman", "save", "-m", "--format", "docker-archive", *todo],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=podman_env(),
+        )  # fmt: skip
+        assert save.stdout is not None
+        try:
+            self.ctr("images", "import", "-", stdin=save.stdout.fileno(), timeout=1800)
+        finally:
+            save.stdout.close()
+            _, err = save.communicate()
+        if save.returncode != 0:
+            raise ImageError(f"podman save {' '.join(todo)}: {err.decode(errors='replace').strip()[-2000:]}")
+        stamps.update({ref: ids[ref] for ref in todo})
+        self.stamps.write_text(json.dumps(stamps, indent=1))
+        log(f"[node] imported {', '.join(todo)} into containerd in {time.monotonic() - started:.0f}s")
