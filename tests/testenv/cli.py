@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.testenv import build, hostnet
 from tests.testenv.controlplane import ControlPlane, MinioServer, TestEnvError
-from tests.testenv.node import NODE_TOOLS, RealNode, prepare_host, recover
+from tests.testenv.node import NODE_TOOLS, NodeRunningError, RealNode, prepare_host, recover
 
 
 def run_dir() -> Path:
@@ -92,15 +92,17 @@ def _cmd_up(args: argparse.Namespace) -> int:
     cp = ControlPlane(state_dir=run_dir() / "k8s", binaries=binaries, host=host)
     minio = MinioServer(state_dir=run_dir() / "minio", binary=binaries["minio"], host=host)
     node = RealNode(run_dir() / "node", cp, tools) if args.real_node else None
+    made_network = False
     try:
         if node is not None:
             prepare_host(_say)
+            made_network = True
         cp.start(log=_say)
         minio.start()
         if node is not None:
             node.start(_say)
     except (TestEnvError, TimeoutError) as exc:
-        _stop(cp, minio, node)
+        _stop(cp, minio, node if made_network else None)
         _say(f"[testenv] failed to start: {exc}")
         return 1
     state = {
@@ -127,8 +129,13 @@ def _stop(cp: ControlPlane, minio: MinioServer, node: RealNode | None) -> None:
 def _cmd_down(_: argparse.Namespace) -> int:
     attached = attach_running()
     if attached is None:
-        # What a real node that did not stop (a crash, a killed test run) left is removed all the same.
-        recover(_say)
+        # What a real node that did not stop (a crash, a killed test run) left is removed all the same,
+        # but not a node a test run is using.
+        try:
+            recover(_say)
+        except NodeRunningError as exc:
+            _say(f"[testenv] not running; {exc}, not started by `up`: left alone")
+            return 1
         if hostnet.exists():
             hostnet.destroy()
         print("[testenv] not running")

@@ -13,6 +13,7 @@ the next `start()` after a crash. One real node per machine: its network names a
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import shutil
 import subprocess
@@ -25,13 +26,11 @@ from typing import Any
 
 from tests.testenv import build, hostnet, hoststate
 from tests.testenv.controlplane import ControlPlane, Process, TestEnvError, wait_for, write_kubeconfig
-from tests.testenv.node_images import PAUSE_REF, NodeImages, pause_archive
+from tests.testenv.node_images import PAUSE_REF, ImageError, NodeImages, pause_archive
 
 NODE_NAME = "a2rl-node-0"
 NODE_LABEL = ("a2rl.dev/real-node", "true")
 CGROUP_ROOT = "a2rl-node"
-#: Debian bookworm's, the runtime the node was measured with (../shared/reference/real-cluster.md).
-CONTAINERD_VERSION = "1.6.20"
 NODE_TOOLS = ("kubelet", "kube-proxy", "pause")
 HOST_PACKAGES = {"containerd": "containerd", "runc": "runc", "ctr": "containerd", "iptables": "iptables",
                  "conntrack": "conntrack", "nsenter": "util-linux"}  # fmt: skip
@@ -46,14 +45,24 @@ def record_path() -> Path:
     return build.cache_base() / "testenv" / "real-node.json"
 
 
+@functools.cache
+def containerd_version() -> str:
+    """The installed containerd's version (`1.6.20` for Debian bookworm's `1.6.20~ds1-1+deb12u3`)."""
+    proc = subprocess.run(["containerd", "--version"], capture_output=True, text=True, check=False)
+    words = proc.stdout.split()
+    return words[2].split("~")[0].lstrip("v") if proc.returncode == 0 and len(words) > 2 else "unknown"
+
+
 def containerd_root() -> Path:
-    return build.cache_base() / "node" / f"containerd-{CONTAINERD_VERSION}" / "root"
+    """containerd's image store, kept between runs, one per containerd version."""
+    return build.cache_base() / "node" / f"containerd-{containerd_version()}" / "root"
 
 
 def missing_host_tools() -> list[str]:
-    found = [t for t in HOST_PACKAGES if shutil.which(t) is None]
+    """What the node needs and this host lacks, as `tool (Debian package)`."""
+    found = [f"{tool} ({package})" for tool, package in HOST_PACKAGES.items() if shutil.which(tool) is None]
     if not (CNI_BIN_DIR / "bridge").exists():
-        found.append("CNI plugins (containernetworking-plugins)")
+        found.append("the CNI plugins (containernetworking-plugins)")
     return found
 
 
@@ -64,6 +73,9 @@ class RealNode:
     binaries: dict[str, Path]
     name: str = NODE_NAME
     processes: dict[str, Process] = field(default_factory=dict)
+    #: Whether this handle started the node (or attached to the one `hack/testenv up` started):
+    #: only then does `stop` undo what the host record lists.
+    owns_host_record: bool = False
 
     @property
     def socket(self) -> Path:
@@ -90,6 +102,7 @@ class RealNode:
             log_dirs=[str(self.state_dir / "pod-logs")],
         )
         record.save(record_path())
+        self.owns_host_record = True
         try:
             for cgroup in hoststate.cgroup_dirs(CGROUP_ROOT):
                 cgroup.mkdir(exist_ok=True)
@@ -108,12 +121,15 @@ class RealNode:
         )
 
     def stop(self) -> dict[str, tuple[str, str | None]]:
-        """Stop the node and put the host back; the kernel settings it had to restore."""
+        """Stop the node and put the host back; the kernel settings it had to restore. A handle that
+        did not start the node (its start refused: another one runs) leaves everything alone."""
+        if not self.owns_host_record:
+            return {}
         for name in ("kube-proxy", "kubelet"):
             if name in self.processes:
                 self.processes[name].stop()
         if "containerd" in self.processes and self.processes["containerd"].alive():
-            with contextlib.suppress(TestEnvError, subprocess.SubprocessError, OSError):
+            with contextlib.suppress(ImageError, subprocess.SubprocessError, OSError):
                 self._purge_containers()
             self.processes["containerd"].stop()
         record = hoststate.HostRecord.load(record_path())
@@ -122,6 +138,7 @@ class RealNode:
             record.pids = {}
             restored = hoststate.undo(record)
         record_path().unlink(missing_ok=True)
+        self.owns_host_record = False
         return restored
 
     # -- pieces
@@ -172,10 +189,9 @@ class RealNode:
         """Remove every container containerd still holds (a crashed run's), with its snapshot."""
         images = self.images
         for cid in images.ctr("containers", "ls", "-q").split():
-            subprocess.run(["ctr", "--address", str(self.socket), "-n", "k8s.io", "tasks", "kill", "-s",
-                            "SIGKILL", cid], capture_output=True, check=False)  # fmt: skip
-            subprocess.run(["ctr", "--address", str(self.socket), "-n", "k8s.io", "tasks", "rm", "-f", cid],
-                           capture_output=True, check=False)  # fmt: skip
+            for args in (("tasks", "kill", "-s", "SIGKILL", cid), ("tasks", "rm", "-f", cid)):
+                with contextlib.suppress(ImageError):  # no task left: nothing to kill
+                    images.ctr(*args)
             images.ctr("containers", "rm", cid)
 
     def _start_kubelet(self, record: hoststate.HostRecord) -> None:
@@ -229,12 +245,17 @@ class RealNode:
     @classmethod
     def attach(cls, info: dict[str, Any], control_plane: ControlPlane) -> RealNode:
         state = Path(info["state_dir"])
-        node = cls(state, control_plane, {k: Path(v) for k, v in info["binaries"].items()}, info["name"])
+        binaries = {k: Path(v) for k, v in info["binaries"].items()}
+        node = cls(state, control_plane, binaries, info["name"], owns_host_record=True)
         for name, pid in info["pids"].items():
             proc = Process(name, [info["argv0"][name]], state / f"{name}.log")
             proc.pid = pid
             node.processes[name] = proc
         return node
+
+
+class NodeRunningError(TestEnvError):
+    """The host record's processes still run: another process's node (one per machine)."""
 
 
 def _tool(name: str) -> build.Component:
@@ -247,7 +268,10 @@ def prepare_host(log: Callable[[str], None] = print) -> None:
     missing = missing_host_tools()
     if missing:
         raise TestEnvError(f"the real node needs {', '.join(missing)}: run hack/node-deps")
-    recover(log)
+    try:
+        recover(log)
+    except NodeRunningError as exc:
+        raise TestEnvError(f"{exc}: stop it first (`hack/testenv down`, or let the test run end)") from exc
     hostnet.destroy()
     hostnet.create()
 
@@ -260,9 +284,7 @@ def recover(log: Callable[[str], None] = print) -> dict[str, tuple[str, str | No
         return {}
     alive = record.live_pids()
     if alive:
-        raise TestEnvError(
-            f"a real node is running already (pids {sorted(alive.values())}): `hack/testenv down` first"
-        )
+        raise NodeRunningError(f"a real node is running on this machine (pids {sorted(alive.values())})")
     restored = hoststate.undo(record)
     record_path().unlink(missing_ok=True)
     settings = ", ".join(sorted(restored)) or "none"
