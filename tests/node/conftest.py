@@ -14,40 +14,37 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
 
+from tests.support.operator_support import RESTRICTED
 from tests.testenv import build, hostnet, hoststate
 from tests.testenv.controlplane import ControlPlane, MinioServer, TestEnvError, wait_for
 from tests.testenv.node import NODE_TOOLS, RealNode, prepare_host
 from tests.testenv.node_install import NODE_IMAGES, image_ref
 
 REPO = Path(__file__).resolve().parents[2]
-RESTRICTED = {
-    "pod-security.kubernetes.io/enforce": "restricted",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-}
 
-
-_REPORTER: list[Any] = []
+_CONFIG: list[pytest.Config] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _REPORTER[:] = [config.pluginmanager.get_plugin("terminalreporter")]
+    _CONFIG[:] = [config]
 
 
 def _log(msg: str) -> None:
-    """A line in the test run's own output, captured or not: what ran where (container ids, images)
-    and how long the node's steps took."""
-    reporter = _REPORTER[0] if _REPORTER else None
-    if reporter is not None:
+    """A line in the test run's own output even while pytest captures it (its file descriptors are
+    redirected during a test): what ran where (container ids, images) and how long the node's steps
+    took."""
+    manager = _CONFIG[0].pluginmanager if _CONFIG else None
+    capture = manager.get_plugin("capturemanager") if manager else None
+    reporter = manager.get_plugin("terminalreporter") if manager else None
+    if capture is None or reporter is None:
+        print(msg, file=sys.__stderr__ or sys.stderr, flush=True)
+        return
+    with capture.global_and_fixture_disabled():
         reporter.write_line(msg)
-    else:
-        stream = sys.__stderr__ or sys.stderr
-        stream.write(msg + "\n")
-        stream.flush()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -23,10 +23,10 @@ from kubernetes import client, utils
 from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, BENCHSUBMISSION_PLURAL, LABEL_RUN_UID
 from a2rl.store.base import ObjectStore
 from a2rl.store.open import open_store
-from tests.node.conftest import RESTRICTED, RealCluster, _log
+from tests.node.conftest import RealCluster, _log
 from tests.support.grading_support import layout_of
 from tests.support.helm import Helm
-from tests.support.operator_support import condition, get_run
+from tests.support.operator_support import RESTRICTED, condition, get_run
 from tests.testenv import build
 from tests.testenv.controlplane import wait_for
 from tests.testenv.node_install import chart_values, image_ref, local_volumes, store_secret
