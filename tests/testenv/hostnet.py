@@ -19,6 +19,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from tests.testenv.controlplane import TestEnvError
+
 NETNS = "a2rl-node"
 HOST_LINK = "a2rl-node0"  # the host end; the node end is "eth0" in NETNS
 HOST_IP = "10.254.0.1"
@@ -31,8 +33,8 @@ CNI_NETWORK = "a2rl-node"
 NETNS_PATH = Path("/run/netns") / NETNS
 
 
-class NetError(RuntimeError):
-    pass
+class NetError(TestEnvError):
+    """A step of making or removing the node's network failed (the `ip` command's own words)."""
 
 
 def _ip(*args: str, netns: bool = False, check: bool = True) -> subprocess.CompletedProcess[str]:

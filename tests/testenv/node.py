@@ -33,7 +33,7 @@ NODE_LABEL = ("a2rl.dev/real-node", "true")
 CGROUP_ROOT = "a2rl-node"
 NODE_TOOLS = ("kubelet", "kube-proxy", "pause")
 HOST_PACKAGES = {"containerd": "containerd", "runc": "runc", "ctr": "containerd", "iptables": "iptables",
-                 "conntrack": "conntrack", "nsenter": "util-linux"}  # fmt: skip
+                 "conntrack": "conntrack", "nsenter": "util-linux", "sysctl": "procps"}  # fmt: skip
 CNI_BIN_DIR = Path("/usr/lib/cni")
 #: Host folders the node writes into whatever its configuration says: containerd's shim sockets,
 #: the kubelet's container log links, the CNI library's result cache.
