@@ -20,11 +20,11 @@ from a2rl_tasks import get_task
 from a2rl_tasks.artifacts import stage_to_store
 from kubernetes import client, utils
 
-from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, BENCHSUBMISSION_PLURAL, LABEL_RUN_UID
+from a2rl.constants import API_GROUP, API_VERSION, BENCHSUBMISSION_PLURAL, LABEL_RUN_UID
 from a2rl.store.base import ObjectStore
 from a2rl.store.open import open_store
 from tests.node.conftest import RealCluster, _log
-from tests.support.grading_support import layout_of
+from tests.support.grading_support import create_run, layout_of
 from tests.support.helm import Helm
 from tests.support.operator_support import RESTRICTED, condition, get_run
 from tests.testenv import build
@@ -128,50 +128,41 @@ def test_a_benchrun_runs_in_real_containers_to_a_graded_report(
     assert first_operator.spec.node_name == real_cluster.node.name
     ns = real_cluster.namespace(RESTRICTED)
     name = f"arith-{uuid.uuid4().hex[:6]}"
-    body = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "BenchRun",
-        "metadata": {"name": name},
-        "spec": {
-            "task": "arith",
-            "baseModel": {"name": "tiny", "source": "builtin:tiny"},
-            "agent": {
-                "command": ["python", "-m", "a2rl_agents.sft_baseline"],
-                "env": [{"name": k, "value": v} for k, v in AGENT_ENV.items()],
-            },
-            "budget": {"wallTimeSeconds": 2400, "maxSubmissions": 3, "graceSeconds": 15},
-            # The node has 2 CPUs: the operator 0.1, the recorder 0.5, the agent 0.9 and an eval pod
-            # 0.5 (its fetch-heldout init container's), so submissions are scored while the agent runs.
-            "resources": {"cpu": "900m", "memory": "3Gi"},
-            "evaluation": {"backend": "transformers", "cpu": "500m", "memory": "2Gi", "limit": EVAL_LIMIT},
-            "seed": 0,
+    create_run(
+        api,
+        ns,
+        name,
+        agent={
+            "command": ["python", "-m", "a2rl_agents.sft_baseline"],
+            "env": [{"name": k, "value": v} for k, v in AGENT_ENV.items()],
         },
-    }
-    custom.create_namespaced_custom_object(API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL, body)
+        budget={"wallTimeSeconds": 2400, "maxSubmissions": 3, "graceSeconds": 15},
+        # The node has 2 CPUs: the operator 0.1, the recorder 0.5, the agent 0.9 and an eval pod 0.5
+        # (its fetch-heldout init container's), so submissions are scored while the agent runs.
+        resources={"cpu": "900m", "memory": "3Gi"},
+        evaluation={"backend": "transformers", "cpu": "500m", "memory": "2Gi", "limit": EVAL_LIMIT},
+        seed=0,
+    )
     follow(api, ns, name, "AgentRunning", timeout=300)
 
     # `kubectl delete pod` of the operator mid-run: it stops on SIGTERM, its replacement carries on.
     started = time.monotonic()
     core.delete_namespaced_pod(first_operator.metadata.name, RELEASE_NS)
 
-    def replaced() -> client.V1Pod | None:
-        pods = core.list_namespaced_pod(RELEASE_NS).items
-        new = [p for p in pods if p.metadata.name != first_operator.metadata.name]
-        old_gone = all(p.metadata.name != first_operator.metadata.name for p in pods)
-        ready = [
-            p for p in new if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-        ]
-        return ready[0] if old_gone and ready else None
+    def operator_pods() -> list[client.V1Pod]:
+        return list(core.list_namespaced_pod(RELEASE_NS).items)
 
     def old_gone() -> bool:
-        return all(
-            p.metadata.name != first_operator.metadata.name
-            for p in core.list_namespaced_pod(RELEASE_NS).items
-        )
+        return all(p.metadata.name != first_operator.metadata.name for p in operator_pods())
+
+    def ready(pod: client.V1Pod) -> bool:
+        return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
     wait_for(old_gone, timeout=60, interval=0.2, what="the deleted operator pod gone")
     stopped = time.monotonic() - started
-    second = wait_for(replaced, timeout=120, interval=0.5, what="the operator's replacement Ready")
+    # Once the old pod is gone, a Ready pod is its replacement.
+    second = wait_for(lambda: next((p for p in operator_pods() if ready(p)), None), timeout=120, interval=0.5,
+                      what="the operator's replacement Ready")  # fmt: skip
     _log(f"[real node] operator pod deleted mid-run: gone in {stopped:.1f}s (SIGTERM handled as PID 1), "
          f"replacement Ready after {time.monotonic() - started:.1f}s")  # fmt: skip
     # kopf stops on SIGTERM: far less than the pod's 30 s grace (PID 1 without a handler waits it out).

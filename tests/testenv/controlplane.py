@@ -130,6 +130,17 @@ class Process:
                 self.popen.wait(timeout=5)
 
 
+def attach_processes(info: dict[str, Any], state_dir: Path) -> dict[str, Process]:
+    """The processes another process started and described (`pids`, `argv0`), by name, logging under
+    `state_dir`: for `hack/testenv status` and `down`."""
+    processes = {}
+    for name, pid in info["pids"].items():
+        proc = Process(name, [info["argv0"][name]], state_dir / f"{name}.log")
+        proc.pid = pid
+        processes[name] = proc
+    return processes
+
+
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
@@ -383,14 +394,14 @@ class ControlPlane:
             proc.check_alive()
         return check()
 
-    def _wait_nodes_ready(self, nodes: tuple[str, ...]) -> None:
-        def ready(node: str) -> bool:
-            obj = self.get(f"/api/v1/nodes/{node}") or {}
-            conds = obj.get("status", {}).get("conditions") or []
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+    def node_ready(self, node: str) -> bool:
+        obj = self.get(f"/api/v1/nodes/{node}") or {}
+        conds = obj.get("status", {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
 
+    def _wait_nodes_ready(self, nodes: tuple[str, ...]) -> None:
         for node in nodes:
-            wait_for(functools.partial(self._alive_and, functools.partial(ready, node)),
+            wait_for(functools.partial(self._alive_and, functools.partial(self.node_ready, node)),
                      timeout=60, what=f"node {node} Ready")  # fmt: skip
 
     # -- REST helpers (admin identity)
@@ -512,10 +523,7 @@ class ControlPlane:
         binaries = {k: Path(v) for k, v in info["binaries"].items()}
         cp = cls(state_dir=state, binaries=binaries, host=info.get("host", "127.0.0.1"))
         cp.ports = dict(info["ports"])
-        for name, pid in info["pids"].items():
-            proc = Process(name, [info["argv0"][name]], state / f"{name}.log")
-            proc.pid = pid
-            cp.processes[name] = proc
+        cp.processes = attach_processes(info, state)
         return cp
 
 

@@ -119,10 +119,10 @@ def remove_cgroup_tree(name: str, timeout: float = 10.0) -> None:
                     time.sleep(0.1)
 
 
-def kill_matching(fragment: str) -> list[int]:
-    """SIGKILL processes whose command line contains `fragment` (containerd's shims name its
-    socket); their pids."""
-    killed = []
+def matching_pids(fragment: str) -> list[int]:
+    """Processes (not this one) whose command line contains `fragment` (containerd's shims name its
+    socket)."""
+    found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
@@ -131,9 +131,17 @@ def kill_matching(fragment: str) -> list[int]:
         except OSError:
             continue
         if fragment in cmdline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(proc.name), signal.SIGKILL)
-                killed.append(int(proc.name))
+            found.append(int(proc.name))
+    return found
+
+
+def kill_matching(fragment: str) -> list[int]:
+    """SIGKILL `matching_pids(fragment)`; the pids it reached."""
+    killed = []
+    for pid in matching_pids(fragment):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
     return killed
 
 

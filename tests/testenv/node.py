@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.testenv import build, hostnet, hoststate
-from tests.testenv.controlplane import ControlPlane, Process, TestEnvError, wait_for, write_kubeconfig
+from tests.testenv.controlplane import (
+    ControlPlane,
+    Process,
+    TestEnvError,
+    attach_processes,
+    wait_for,
+    write_kubeconfig,
+)
 from tests.testenv.node_images import PAUSE_REF, ImageError, NodeImages, pause_archive
 
 NODE_NAME = "a2rl-node-0"
@@ -206,9 +213,7 @@ class RealNode:
 
         def ready() -> bool:
             proc.check_alive()
-            node = self.control_plane.get(f"/api/v1/nodes/{self.name}") or {}
-            conds = node.get("status", {}).get("conditions") or []
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+            return self.control_plane.node_ready(self.name)
 
         try:
             wait_for(ready, timeout=90, what=f"node {self.name} Ready")
@@ -246,12 +251,8 @@ class RealNode:
     def attach(cls, info: dict[str, Any], control_plane: ControlPlane) -> RealNode:
         state = Path(info["state_dir"])
         binaries = {k: Path(v) for k, v in info["binaries"].items()}
-        node = cls(state, control_plane, binaries, info["name"], owns_host_record=True)
-        for name, pid in info["pids"].items():
-            proc = Process(name, [info["argv0"][name]], state / f"{name}.log")
-            proc.pid = pid
-            node.processes[name] = proc
-        return node
+        processes = attach_processes(info, state)
+        return cls(state, control_plane, binaries, info["name"], processes=processes, owns_host_record=True)
 
 
 class NodeRunningError(TestEnvError):

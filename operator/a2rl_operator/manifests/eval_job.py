@@ -138,7 +138,9 @@ def hardened_security_context() -> Manifest:
 
 
 def eval_env(spec: BenchRunSpec, grading: GradingConfig) -> list[Manifest]:
-    env = env_list({**OFFLINE_ENV, **SCRATCH_ENV, **grading.run_eval_env(spec)})
+    env = env_list(
+        {**OFFLINE_ENV, **SCRATCH_ENV, **grading.run_eval_env(spec), **cpu_thread_env(spec.evaluation.cpu)}
+    )
     judge = spec.evaluation.judge_secret_ref
     if judge is not None:
         env.append({"name": ENV_JUDGE_API_KEY,
@@ -199,9 +201,7 @@ def eval_container(run: Body, spec: BenchRunSpec, target: EvalTarget, grading: G
         "name": EVAL_CONTAINER,
         "image": grading.grader_image,
         "command": eval_command(run, spec, target),
-        "env": eval_env(spec, grading)
-        + env_list(cpu_thread_env(spec.evaluation.cpu))
-        + pod_trace_env(run["metadata"].get("annotations")),
+        "env": eval_env(spec, grading) + pod_trace_env(run["metadata"].get("annotations")),
         "envFrom": eval_store_env_from(run, spec, target.index),
         "resources": eval_resources(spec),
         "securityContext": hardened_security_context(),
