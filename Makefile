@@ -19,7 +19,7 @@ node-deps:
 
 # The images the real-node tier runs (tests/node), with their bases: seconds when up to date.
 node-images: image-deps
-	@python3 hack/images.py --no-gpu --only operator recorder grader agent-baselines
+	@python3 hack/images.py --no-gpu --only operator recorder grader agent-baselines agent-claude-code
 
 demo: venv sandbox-deps
 	$(A2RL) run examples/arith-sft.yaml

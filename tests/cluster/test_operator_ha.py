@@ -127,10 +127,12 @@ def test_one_leader_a_standby_that_takes_over_and_metrics(
     first = create_run(admin, ns, run_name())["metadata"]["uid"]
     wait_for(lambda: children(core, batch, ns, first)["jobs"] == 1, timeout=60, what="the first run's Job")
     mark("first run's Job")
+
     # The handler is timed when it returns, which is after its Job appears: wait for the count.
     def timed_handler() -> dict[str, float] | None:
         seen = metrics(leader)
-        return seen if seen.get('a2rl_operator_handler_seconds_count{handler="on_benchrun"}', 0) >= 1 else None
+        timed = seen.get('a2rl_operator_handler_seconds_count{handler="on_benchrun"}', 0)
+        return seen if timed >= 1 else None
 
     seen = wait_for(timed_handler, timeout=15, what="the leader's on_benchrun handler in its metrics")
     assert sum(v for k, v in seen.items() if k.startswith("a2rl_benchruns{")) == 1

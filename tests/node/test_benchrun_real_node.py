@@ -10,113 +10,27 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from a2rl_tasks import get_task
-from a2rl_tasks.artifacts import stage_to_store
-from kubernetes import client, utils
+from kubernetes import client
 
-from a2rl.constants import API_GROUP, API_VERSION, BENCHSUBMISSION_PLURAL, LABEL_RUN_UID
+from a2rl.constants import API_GROUP, API_VERSION, BENCHSUBMISSION_PLURAL
 from a2rl.store.base import ObjectStore
-from a2rl.store.open import open_store
-from tests.node.conftest import RealCluster, _log
+from tests.node.conftest import RELEASE_NS, RealCluster, _log, follow, operator_pod, run_images
 from tests.support.grading_support import create_run, layout_of
 from tests.support.helm import Helm
-from tests.support.operator_support import RESTRICTED, condition, get_run
-from tests.testenv import build
+from tests.support.operator_support import RESTRICTED
 from tests.testenv.controlplane import wait_for
-from tests.testenv.node_install import chart_values, image_ref, local_volumes, store_secret
+from tests.testenv.node_install import image_ref
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "a2rl"
-RELEASE, RELEASE_NS = "a2rl", "a2rl-system"
-STORE_URI = "s3://a2rl-node/runs"
 EVAL_LIMIT = 40
 #: The reference agent's SFT in two rounds of a fixed number of steps (so that a loaded machine
 #: changes how long the run takes, not what the model learns): what tests/e2e/test_cluster_e2e.py's
 #: played pods run, and what improves the tiny model (one round of 250 steps does not, at 40 items).
 AGENT_ENV = {"AGENT_MAX_ROUNDS": "2", "AGENT_ROUND_MAX_STEPS": "250", "AGENT_FIRST_ROUND_S": "900",
              "AGENT_ROUND_S": "900", "AGENT_EVAL_ESTIMATE_S": "60"}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def store(real_cluster: RealCluster) -> Iterator[ObjectStore]:
-    """MinIO as the operator's store, with arith's held-out data staged (`a2rl data stage`)."""
-    minio = real_cluster.minio
-    env = {"AWS_ENDPOINT_URL": minio.endpoint, "AWS_ACCESS_KEY_ID": minio.access_key,
-           "AWS_SECRET_ACCESS_KEY": minio.secret_key}  # fmt: skip
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in env.items():
-            mp.setenv(key, value)
-        s = open_store(STORE_URI)
-        stage_to_store(get_task("arith"), s, source=None, seed=0)
-        yield s
-
-
-@pytest.fixture(scope="module")
-def installed(
-    real_cluster: RealCluster, store: ObjectStore, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Helm]:
-    """`helm install` of the chart: the operator's Deployment Available on the real node."""
-    cp, minio, node = real_cluster.control_plane, real_cluster.minio, real_cluster.node
-    folders = [node.state_dir / "volumes" / f"pv-{i}" for i in range(3)]
-    for folder in folders:
-        folder.mkdir(parents=True)
-    for obj in local_volumes(node.name, folders):
-        utils.create_from_dict(real_cluster.admin, obj)
-    core = client.CoreV1Api(real_cluster.admin)
-    core.create_namespace({"metadata": {"name": RELEASE_NS}})
-    core.create_namespaced_secret(
-        RELEASE_NS, store_secret(minio.endpoint, minio.access_key, minio.secret_key)
-    )
-    home = tmp_path_factory.mktemp("helm")
-    helm = Helm(build.ensure_tools(names=("helm",))["helm"], home, cp.kubeconfig)
-    values = home / "values.yaml"
-    values.write_text(yaml.safe_dump(chart_values(STORE_URI, minio.port, cp.ports["apiserver"], pin=False)))
-    started = time.monotonic()
-    helm(
-        "install",
-        RELEASE,
-        str(CHART),
-        "-n",
-        RELEASE_NS,
-        "-f",
-        str(values),
-        "--wait",
-        "--timeout",
-        "5m",
-        timeout=330,
-    )
-    _log(f"[real node] helm install: operator Available in {time.monotonic() - started:.1f}s")
-    yield helm
-    helm("uninstall", RELEASE, "-n", RELEASE_NS, "--wait", "--timeout", "2m", timeout=150)
-
-
-def operator_pod(core: client.CoreV1Api) -> client.V1Pod:
-    pods = [p for p in core.list_namespaced_pod(RELEASE_NS).items if p.metadata.deletion_timestamp is None]
-    assert len(pods) == 1, [p.metadata.name for p in pods]
-    return pods[0]
-
-
-def follow(api: client.ApiClient, ns: str, name: str, until: str, timeout: float) -> dict[str, Any]:
-    """Poll the run, logging each new phase, until its `until` condition is True."""
-    seen = ""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = get_run(api, ns, name)
-        phase = (run.get("status") or {}).get("phase", "")
-        if phase != seen:
-            _log(f"[real node] {ns}/{name}: {phase}")
-            seen = phase
-        if (c := condition(run, until)) and c["status"] == "True":
-            return run
-        time.sleep(3)
-    raise AssertionError(f"{ns}/{name} not {until} in {timeout:.0f}s: {run.get('status')}")
 
 
 def test_a_benchrun_runs_in_real_containers_to_a_graded_report(
@@ -171,14 +85,7 @@ def test_a_benchrun_runs_in_real_containers_to_a_graded_report(
     run = follow(api, ns, name, "Succeeded", timeout=1500)
     uid = run["metadata"]["uid"]
     st = run["status"]
-    pods = core.list_namespaced_pod(ns, label_selector=f"{LABEL_RUN_UID}={uid}").items
-    kinds = set()
-    for p in pods:
-        for c in [*(p.status.init_container_statuses or []), *(p.status.container_statuses or [])]:
-            _log(f"[real node] {p.metadata.name}/{c.name}: {c.container_id} {c.image}")
-            assert c.container_id.startswith("containerd://"), (p.metadata.name, c.name)
-            kinds.add(c.image)
-        assert p.spec.node_name == real_cluster.node.name
+    kinds = run_images(real_cluster, ns, uid)
     assert {image_ref("agent-baselines"), image_ref("recorder"), image_ref("grader")} <= kinds
 
     subs = custom.list_namespaced_custom_object(API_GROUP, API_VERSION, ns, BENCHSUBMISSION_PLURAL)["items"]

@@ -274,6 +274,7 @@ class RequestRecord:
     tool_results: list[str] = field(default_factory=list)
     usage: Usage | None = None
     status: int = 0
+    client: str = ""  # the peer's address
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -516,7 +517,7 @@ _GEMINI_PATH = re.compile(r"/models/([^/:]+):(generateContent|streamGenerateCont
 
 
 class DriverServer:
-    """The scripted driver on 127.0.0.1:`port` (0: a free one); a context manager.
+    """The scripted driver on `host`:`port` (127.0.0.1, 0: a free port); a context manager.
 
     `api_key`, when set, is required (as `x-api-key`, `Authorization: Bearer`, `x-goog-api-key`
     or `?key=`); a request without it gets the provider's 401. `fail_after=N`: once N model
@@ -529,6 +530,7 @@ class DriverServer:
         script: Script | None = None,
         *,
         port: int = 0,
+        host: str = "127.0.0.1",
         api_key: str | None = None,
         shell_tool_names: tuple[str, ...] = SHELL_TOOL_NAMES,
         log_path: Path | None = None,
@@ -546,7 +548,8 @@ class DriverServer:
         self.records: list[RequestRecord] = []
         self._lock = threading.Lock()
         self._ids = 0
-        self._httpd = _Server(("127.0.0.1", port), self._handler())
+        self.host = host
+        self._httpd = _Server((host, port), self._handler())
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     # -- lifecycle
@@ -557,8 +560,8 @@ class DriverServer:
 
     @property
     def url(self) -> str:
-        """The server's root, `http://127.0.0.1:<port>` (add `/v1` where a stack wants it)."""
-        return f"http://127.0.0.1:{self.port}"
+        """The server's root, `http://<host>:<port>` (add `/v1` where a stack wants it)."""
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> DriverServer:
         self._thread.start()
@@ -792,6 +795,7 @@ class _Handler(BaseHTTPRequestHandler):
             query=query,
             headers={k.lower(): v for k, v in self.headers.items()},
             body=body,
+            client=str(self.client_address[0]),
         )
         self.driver._add(record)
         self._record, self._written = record, False

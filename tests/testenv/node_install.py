@@ -9,19 +9,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from a2rl.stacks import STACKS
 from tests.testenv import hostnet
 from tests.testenv.node import NODE_LABEL
 
 STORAGE_CLASS = "a2rl-local"
 STORE_SECRET = "a2rl-store"
 REGISTRY, TAG = "ghcr.io/a2rl", "0.1.0"
-#: The images the node runs (`make node-images` builds them and their bases).
+#: The images a BenchRun of the reference agents runs on the node (`make node-images` builds them,
+#: their bases and STACK_IMAGES).
 NODE_IMAGES = ("operator", "recorder", "grader", "agent-baselines")
+#: The agent stack the real-node tier also runs (its gateway pod and the stack's own image).
+NODE_STACK = "claude-code"
+STACK_IMAGES = (f"agent-{NODE_STACK}",)
 POD_KINDS = ("workspace", "eval", "report", "gateway")
 
 
 def image_ref(name: str) -> str:
-    return f"{REGISTRY}/{name}:{TAG}"
+    """The reference of one of the project's images: a stack's is tagged with the stack's version."""
+    stack = STACKS.get(name.removeprefix("agent-"))
+    return stack.image() if stack is not None else f"{REGISTRY}/{name}:{TAG}"
 
 
 def local_volumes(node: str, folders: list[Path], size: str = "5Gi") -> list[dict[str, Any]]:
