@@ -4,9 +4,11 @@ The operator builds the command (`launch_argv`, PARAMS a JSON object of `LaunchP
 stack image runs it with its own Python (the stack images carry a2rl). It waits (bounded) for
 the gateway's `/health` — the gateway pod starts beside the workspace pod —, builds the prompt
 from the workspace once the set-up has filled it (`a2rl.agent_prompt`), takes the per-run token
-out of its environment, writes the stack's start-up files into HOME and `exec`s the stack's
-invocation (`a2rl.stacks.invocation`) pointed at the gateway: the stack becomes the container's
-PID 1, so the deadline probe's SIGTERM reaches it, and the images stay plain.
+out of its environment, writes the stack's start-up files into HOME and runs the stack's
+invocation (`a2rl.stacks.invocation`) pointed at the gateway as its child (`a2rl.contracts.pid1`):
+the launcher stays the container's PID 1 and passes SIGTERM on, so the deadline probe and a
+deletion stop a stack that has no SIGTERM handler of its own (as PID 1 it would ignore the signal
+and hold the pod for its whole grace period), and the images stay plain.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from a2rl.agent_prompt import workspace_prompt
+from a2rl.contracts.pid1 import supervise
 from a2rl.stacks import UPSTREAM_KEY_ENV, home_files, invocation
 
 MODULE = "a2rl.contracts.stack_launch"
@@ -94,8 +97,11 @@ def main(argv: list[str]) -> int:
     env = {k: v for k, v in os.environ.items() if k not in UPSTREAM_KEY_ENV}
     env.update(extra)
     sys.stdout.flush()
-    os.execve(cmd[0], cmd, env)
-    return 127  # not reached: execve replaces the process or raises
+    try:
+        return supervise(cmd, env)
+    except OSError as exc:
+        print(f"a2rl: cannot start the {p.stack} stack ({cmd[0]}): {exc}", file=sys.stderr)
+        return 127
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 lives in its own module with a `register` function.
 
 User mistakes raise `A2rlError` and are printed as one line (`a2rl: error: …`), never a traceback.
+SIGTERM ends a command (exit 143) even where it is a container's PID 1, which the kernel gives no
+signal it has no handler for (`a2rl.contracts.pid1.exit_on_sigterm`); the serving commands install
+their own handler and drain.
 Heavy imports (torch, transformers, kubernetes) happen inside the handlers, so `a2rl --help`
 and `a2rl validate` stay fast.
 """
@@ -14,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from a2rl import __version__
+from a2rl.contracts.pid1 import exit_on_sigterm
 from a2rl.errors import A2rlError
 
 # Module names under a2rl_cli, in the order their commands appear in `a2rl --help`.
@@ -51,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        code: int = args.func(args)
+        with exit_on_sigterm():
+            code: int = args.func(args)
     except A2rlError as exc:
         print(f"a2rl: error: {exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,10 @@ the run ends `DriverBudgetExhausted`; it is graded (the baseline, from the store
 tier's first run put it there) and its report written. The key is then searched for everywhere the
 run left something: the store (code snapshots, logs, calls, report) and every pod's spec. Last, the
 BenchRun is deleted: its gateway pod, still serving, goes at once (its PID 1 handles SIGTERM).
+
+A second run is deleted while the stack runs a long step: its pods go in seconds, not at the end of
+the workspace pod's grace (~1,300 s), because the agent container's PID 1 is the launcher, which
+passes SIGTERM on to the stack (`a2rl.contracts.pid1`).
 """
 
 from __future__ import annotations
@@ -143,3 +147,57 @@ def test_a_stack_run_drives_claude_code_through_its_gateway_pod_in_real_containe
     gone = time.monotonic() - started
     _log(f"[real node] {name} deleted: its gateway pod gone in {gone:.1f}s (grace {grace}s)")
     assert gone < grace / 2
+
+
+def test_a_running_stack_run_deleted_takes_its_pods_in_seconds(
+    real_cluster: RealCluster, installed: Helm, store: ObjectStore
+) -> None:
+    del installed, store
+    api = real_cluster.admin
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    ns = real_cluster.namespace(RESTRICTED)
+    core.create_namespaced_secret(
+        ns, {"metadata": {"name": "anthropic"}, "stringData": {"ANTHROPIC_API_KEY": UPSTREAM_KEY}}
+    )
+    name = f"cc-{uuid.uuid4().hex[:6]}"
+    long_step = Script.of(["touch code/started; sleep 900"], timeout_s=1200)
+    with DriverServer(long_step, api_key=UPSTREAM_KEY, host=hostnet.HOST_IP) as upstream:
+        run = create_run(
+            api,
+            ns,
+            name,
+            agent={"stack": NODE_STACK},
+            driver={"provider": "anthropic", "model": "claude-scripted-1", "baseUrl": upstream.url,
+                    "secretRef": {"name": "anthropic", "key": "ANTHROPIC_API_KEY"}},
+            budget={"wallTimeSeconds": 1800, "graceSeconds": 10, "maxSubmissions": 1},
+            resources={"cpu": "500m", "memory": "2Gi"},
+            evaluation={"backend": "transformers", "cpu": "500m", "memory": "2Gi", "limit": 40},
+        )  # fmt: skip
+        uid = run["metadata"]["uid"]
+        selector = f"{LABEL_RUN_UID}={uid}"
+        wait_for(upstream.model_calls, timeout=300, what="the stack's first call (the long step)")
+        time.sleep(3)  # the step's shell is running `sleep 900` in the agent's container
+        (agent_pod,) = [
+            p for p in core.list_namespaced_pod(ns, label_selector=selector).items
+            if p.metadata.labels[LABEL_COMPONENT] == "agent"
+        ]  # fmt: skip
+        grace = agent_pod.spec.termination_grace_period_seconds
+        started = time.monotonic()
+        custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL, name)
+
+        def run_gone() -> bool:
+            try:
+                custom.get_namespaced_custom_object(API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL, name)
+            except client.ApiException as exc:
+                return exc.status == 404
+            return False
+
+        wait_for(run_gone, timeout=120, interval=0.2, what="the BenchRun gone (its finalizer run)")
+        run_s = time.monotonic() - started
+        wait_for(lambda: not core.list_namespaced_pod(ns, label_selector=selector).items,
+                 timeout=grace + 60, interval=0.5, what="the run's pods gone")  # fmt: skip
+        pods_s = time.monotonic() - started
+    _log(f"[real node] {name} deleted mid-step: BenchRun gone in {run_s:.1f}s, its pods in {pods_s:.1f}s "
+         f"(workspace pod grace {grace}s)")  # fmt: skip
+    assert grace > 600  # the recorder's drain budget: what an unstoppable PID 1 would hold the pod for
+    assert pods_s < 60
