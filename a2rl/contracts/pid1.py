@@ -49,8 +49,8 @@ def supervise(argv: Sequence[str], env: Mapping[str, str]) -> int:
     for sig in FORWARDED:
         signal.signal(sig, forward)
     child = os.posix_spawn(argv[0], list(argv), dict(env), setsigdef=FORWARDED)
-    for sig in pending:
-        os.kill(child, sig)
+    for signum in pending:
+        os.kill(child, signum)
     while True:
         pid, status = os.waitpid(-1, 0)  # every child: PID 1 inherits the orphans, and reaps them
         if pid == child:
