@@ -135,6 +135,58 @@ class ServiceMonitorValues(ApiModel):
     )
 
 
+class MetricsScraperValues(ApiModel):
+    """Pods that may scrape the gateway pods' `/metrics`: a NetworkPolicy peer."""
+
+    namespace: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=DNS_LABEL,
+        description="Namespace of the scraper (Prometheus), matched by its "
+        "`kubernetes.io/metadata.name` label.",
+    )
+    pod_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels of the scraper's pods (`matchLabels`); empty: every pod of the namespace.",
+    )
+
+
+class PodMonitorValues(ApiModel):
+    """A Prometheus Operator PodMonitor of every gateway pod's `/metrics` (needs its CRD)."""
+
+    enabled: bool = Field(default=False, description="Create the PodMonitor.")
+    interval: str = Field(
+        default="30s", pattern=r"^[0-9]+(ms|s|m|h)$", description="How often Prometheus scrapes."
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels of the PodMonitor, e.g. the `release` your Prometheus selects.",
+    )
+
+
+class GatewayMetricsValues(ApiModel):
+    """Prometheus and the driver gateway pods of stack runs."""
+
+    scrapers: list[MetricsScraperValues] = Field(
+        default_factory=list,
+        description="Who may reach each gateway pod's port 8080 for `GET /metrics` (an ingress rule of "
+        "every gateway NetworkPolicy; `a2rl operator --gateway-metrics-from`). The relay itself "
+        "answers nothing without the run's token.",
+    )
+    pod_monitor: PodMonitorValues = Field(
+        default_factory=PodMonitorValues,
+        description="Scrape every gateway pod with the Prometheus Operator (in every namespace).",
+    )
+
+
+class GatewayValues(ApiModel):
+    """The driver gateway pod of each stack run."""
+
+    metrics: GatewayMetricsValues = Field(
+        default_factory=GatewayMetricsValues, description="Its Prometheus `/metrics`."
+    )
+
+
 class OperatorValues(ApiModel):
     """The operator Deployment: one replica, or several that elect a leader."""
 
@@ -378,6 +430,9 @@ class ChartValues(ApiModel):
     )
     recorder: RecorderValues = Field(
         default_factory=RecorderValues, description="a2rl images of each run's workspace pod."
+    )
+    gateway: GatewayValues = Field(
+        default_factory=GatewayValues, description="The driver gateway pod of each stack run."
     )
     grading: GradingValues = Field(
         default_factory=GradingValues,

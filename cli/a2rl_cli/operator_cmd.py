@@ -54,6 +54,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="CIDR[:PORT]",
         help="where workspace pods may reach the API server (repeatable; default: in-cluster service IP)",
     )
+    p.add_argument(
+        "--gateway-metrics-from",
+        action="append",
+        default=[],
+        metavar="NAMESPACE[:KEY=VALUE,…]",
+        help="pods that may scrape the gateway pods' /metrics, e.g. Prometheus in monitoring "
+        "(repeatable; an ingress rule of every gateway NetworkPolicy)",
+    )
     p.add_argument("--setup-allowance", type=int, help="seconds added to the budget for the Job deadline")
     p.add_argument(
         "--recorder-drain-timeout",
@@ -104,6 +112,7 @@ def _config(args: argparse.Namespace) -> OperatorConfig:
         OperatorConfig,
         default_store_uri,
         parse_egress,
+        parse_metrics_scraper,
         pod_defaults_from_env,
         queue_timeout_from_env,
         store_credentials_from_env,
@@ -140,6 +149,7 @@ def _config(args: argparse.Namespace) -> OperatorConfig:
         store_credentials=store_credentials_from_env(os.environ),
         store_egress=store_egress,
         apiserver_egress=tuple(apiserver),
+        gateway_metrics_from=tuple(parse_metrics_scraper(e) for e in args.gateway_metrics_from),
         grading=GradingConfig.from_env(os.environ),
         pod_defaults=pod_defaults_from_env(os.environ),
         **overrides,

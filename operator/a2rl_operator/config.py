@@ -6,12 +6,14 @@ from the environment at import."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter, ValidationError
 
 from a2rl.api.chart_values import LocalObjectReference, PodDefaults
+from a2rl.api.common import DNS_LABEL
 from a2rl.constants import (
     ENV_IMAGE_PULL_SECRETS,
     ENV_POD_DEFAULTS,
@@ -35,6 +37,7 @@ DEFAULT_WORKSPACE_SIZE = "20Gi"
 # The recorder's drain on SIGTERM (in-flight submission, final code revision, spool), bounded by
 # `A2RL_RECORDER_DRAIN_TIMEOUT` per step; the pod's termination grace period is sized from it.
 DEFAULT_RECORDER_DRAIN_TIMEOUT_S = 600
+DNS_LABEL_RE = re.compile(DNS_LABEL)
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,15 @@ class Egress:
 
     cidr: str
     port: int | None = None
+
+
+@dataclass(frozen=True)
+class MetricsScraper:
+    """Pods that may scrape the gateway pods' `/metrics` (Prometheus): those of `namespace` with
+    every label of `pod_labels` (none: every pod there)."""
+
+    namespace: str
+    pod_labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,9 @@ class OperatorConfig:
     #: A stack run's driver gateway pod (`a2rl gateway serve`, in the recorder image).
     gateway_cpu: str = "250m"
     gateway_memory: str = "512Mi"
+    #: Who may reach the gateway pods' port for `GET /metrics` (`--gateway-metrics-from`): an ingress
+    #: rule of each gateway NetworkPolicy.
+    gateway_metrics_from: tuple[MetricsScraper, ...] = ()
     #: The cluster's DNS domain: the workspace pod (which has no DNS) gets in-cluster Service names
     #: pinned as `<svc>.<ns>`, `<svc>.<ns>.svc` and `<svc>.<ns>.svc.<cluster_domain>`.
     cluster_domain: str = "cluster.local"
@@ -103,6 +118,20 @@ def parse_egress(text: str) -> Egress:
     if port and not port.isdigit():
         raise A2rlError(f"egress {text!r}: port must be a number")
     return Egress(str(net), int(port) if port else None)
+
+
+def parse_metrics_scraper(text: str) -> MetricsScraper:
+    """`monitoring` or `monitoring:app.kubernetes.io/name=prometheus,team=obs` → MetricsScraper."""
+    namespace, _, labels = text.partition(":")
+    if len(namespace) > 63 or not DNS_LABEL_RE.fullmatch(namespace):
+        raise A2rlError(f"gateway metrics scraper {text!r}: expected NAMESPACE[:KEY=VALUE,…]")
+    pairs = []
+    for item in filter(None, labels.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise A2rlError(f"gateway metrics scraper {text!r}: label {item!r} is not KEY=VALUE")
+        pairs.append((key, value))
+    return MetricsScraper(namespace, tuple(pairs))
 
 
 def store_credentials_from_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 import yaml
+from a2rl_operator.config import MetricsScraper, parse_metrics_scraper
+from a2rl_operator.manifests.common import run_labels
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from a2rl.api.chart_values import ChartValues, PodDefaults
 from a2rl.api.crdgen import KINDS
-from a2rl.constants import ENV_IMAGE_PULL_SECRETS, ENV_POD_DEFAULTS
+from a2rl.constants import COMPONENT_AGENT, COMPONENT_GATEWAY, ENV_IMAGE_PULL_SECRETS, ENV_POD_DEFAULTS
 from tests.support.helm import Helm
 from tests.testenv import build
 
@@ -94,6 +96,7 @@ def test_helm_template_of_every_value(helm: Helm) -> None:
         ("ValidatingAdmissionPolicyBinding", "a2rl-bench-benchrun-limits"),
         ("Service", "a2rl-bench-operator-metrics"),
         ("ServiceMonitor", "a2rl-bench-operator"),
+        ("PodMonitor", "a2rl-bench-gateways"),
     }
     # Two replicas: they elect a leader, and roll one at a time.
     deployment = docs["Deployment", "a2rl-bench-operator"]
@@ -125,6 +128,20 @@ def test_helm_template_of_every_value(helm: Helm) -> None:
     assert container["ports"] == [{"name": "health", "containerPort": 9090}]
     assert "--health=0.0.0.0:9090" in container["args"]
     assert {"--namespace=bench-a", "--namespace=bench-b", "--verbose"} <= set(container["args"])
+    # The gateway pods' scrapers, as the operator parses them; the PodMonitor selects those pods.
+    scrapers = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--gateway-metrics-from=")]
+    assert [parse_metrics_scraper(a) for a in scrapers] == [
+        MetricsScraper("monitoring", (("app.kubernetes.io/name", "prometheus"), ("team", "obs"))),
+        MetricsScraper("observability"),
+    ]
+    pods = docs["PodMonitor", "a2rl-bench-gateways"]
+    assert pods["metadata"]["labels"]["release"] == "prometheus"
+    assert pods["spec"]["namespaceSelector"] == {"any": True}
+    run = {"metadata": {"name": "cc", "uid": "u1"}}
+    selector = pods["spec"]["selector"]["matchLabels"].items()
+    assert selector <= run_labels(run, COMPONENT_GATEWAY).items()  # the operator's gateway pods
+    assert not selector <= run_labels(run, COMPONENT_AGENT).items()
+    assert pods["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "20s"}]
 
 
 @pytest.mark.parametrize(

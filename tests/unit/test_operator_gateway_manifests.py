@@ -4,6 +4,7 @@ and the driver budget in the run's conditions and status."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,10 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from a2rl_gateway.config import GatewayConfig
 from a2rl_operator import driver_usage
 from a2rl_operator import status as st
-from a2rl_operator.config import Egress, OperatorConfig
+from a2rl_operator.config import Egress, MetricsScraper, OperatorConfig, parse_metrics_scraper
 from a2rl_operator.manifests import children, parse_spec
 from a2rl_operator.manifests.gateway import STACK_INSTALL_ROOT, gateway_url, upstream_rules
 
@@ -27,6 +29,7 @@ from a2rl.constants import (
     ENV_GATEWAY_TOKEN,
     REASON_DRIVER_BUDGET_EXHAUSTED,
 )
+from a2rl.errors import A2rlError
 from a2rl.records.driver import DriverBudgetState, DriverSummary
 from a2rl.stacks import STACKS, UPSTREAM_KEY_ENV
 from tests.support.pss import restricted_violations
@@ -63,8 +66,8 @@ def stack_run(base_url: str | None = None, **budget: Any) -> dict[str, Any]:
     }
 
 
-def objects(run: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(o["kind"], o["metadata"]["name"]): o for o in children(run, CONFIG, gateway_token=TOKEN)}
+def objects(run: dict[str, Any], config: OperatorConfig = CONFIG) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in children(run, config, gateway_token=TOKEN)}
 
 
 def podparse_spec(job: dict[str, Any]) -> dict[str, Any]:
@@ -193,6 +196,31 @@ def test_agent_policy_gains_only_the_gateway_and_the_gateway_policy_admits_only_
     } in egress
     assert not any("10.96.0.1/32" in json.dumps(r) for r in egress)
     assert len(egress) == 3
+
+
+def test_the_metrics_scrapers_reach_the_gateway_port_and_nothing_else_changes() -> None:
+    prometheus = parse_metrics_scraper("monitoring:app.kubernetes.io/name=prometheus,team=obs")
+    assert prometheus == MetricsScraper(
+        "monitoring", (("app.kubernetes.io/name", "prometheus"), ("team", "obs"))
+    )
+    config = dataclasses.replace(CONFIG, gateway_metrics_from=(prometheus, parse_metrics_scraper("obs")))
+    plain = objects(stack_run(), CONFIG)[("NetworkPolicy", "cc-gateway")]["spec"]
+    scraped = objects(stack_run(), config)[("NetworkPolicy", "cc-gateway")]["spec"]
+    agent_rule, from_prometheus, from_obs = scraped["ingress"]
+    assert [agent_rule] == plain["ingress"] and scraped["egress"] == plain["egress"]
+    assert from_prometheus == {
+        "from": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus", "team": "obs"}},
+            }
+        ],
+        "ports": [{"protocol": "TCP", "port": 8080}],
+    }
+    assert from_obs["from"][0]["podSelector"] == {"matchLabels": {}}  # every pod of `obs`
+    for bad in ("Monitoring", "monitoring:app", "monitoring:=x", ""):
+        with pytest.raises(A2rlError, match="gateway metrics scraper"):
+            parse_metrics_scraper(bad)
 
 
 def test_upstream_rules_follow_the_base_url() -> None:

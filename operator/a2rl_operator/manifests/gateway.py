@@ -11,8 +11,9 @@ agent the gateway's egress to the upstream provider. Instead each stack run gets
   store Secret (it writes `driver/…` under the run's prefix, with the run's scoped keys). A
   gateway that dies is not restarted: a new one would start the budget's totals from zero;
 - `<run>-gateway` (Service): the agent's URL of it;
-- `<run>-gateway` (NetworkPolicy): ingress only from the run's workspace pod on the gateway port;
-  egress only to DNS, the store and the upstream (`spec.driver.baseUrl`);
+- `<run>-gateway` (NetworkPolicy): ingress only from the run's workspace pod on the gateway port
+  (and from the pods that scrape `/metrics`, `--gateway-metrics-from`); egress only to DNS, the
+  store and the upstream (`spec.driver.baseUrl`);
 - one egress rule in the workspace pod's policy (`agent_gateway_rule`): the gateway pod, its port.
 
 The agent container of a stack run gets a command generated here (`stack_command`): the launcher
@@ -39,7 +40,7 @@ from a2rl.contracts.env import gateway_contract_env
 from a2rl.contracts.stack_launch import LaunchParams, launch_argv
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import pod_trace_env
-from a2rl_operator.config import OperatorConfig
+from a2rl_operator.config import MetricsScraper, OperatorConfig
 from a2rl_operator.manifests.common import (
     Body,
     Manifest,
@@ -267,12 +268,30 @@ def _two_label_host(url: str) -> bool:
     return len((urlsplit(url).hostname or "").rstrip(".").split(".")) == 2
 
 
+def metrics_ingress_rule(scraper: MetricsScraper) -> Manifest:
+    """Ingress on the gateway port from the scraper's pods (`--gateway-metrics-from`): for
+    `GET /metrics`; the relay answers them nothing without the run's token."""
+    peer: Manifest = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": scraper.namespace}},
+        "podSelector": {"matchLabels": dict(scraper.pod_labels)},
+    }
+    return {"from": [peer], "ports": [{"protocol": "TCP", "port": CLUSTER_GATEWAY_PORT}]}
+
+
 def gateway_network_policy(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> Manifest:
-    """`<run>-gateway`: ingress from the run's workspace pod on the gateway port only; egress to
-    DNS, the store and the upstream only (no API server: the pod has no token)."""
+    """`<run>-gateway`: ingress from the run's workspace pod on the gateway port (and from the
+    metrics scrapers the operator was given); egress to DNS, the store and the upstream only (no
+    API server: the pod has no token)."""
     egress = [DNS_RULE]
     egress += [ip_rule(e) for e in config.store_egress]
     egress += upstream_rules(spec, body["metadata"]["namespace"])
+    ingress: list[Manifest] = [
+        {
+            "from": [{"podSelector": {"matchLabels": _agent_pod_labels(body)}}],
+            "ports": [{"protocol": "TCP", "port": CLUSTER_GATEWAY_PORT}],
+        }
+    ]
+    ingress += [metrics_ingress_rule(s) for s in config.gateway_metrics_from]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -280,12 +299,7 @@ def gateway_network_policy(body: Body, spec: BenchRunSpec, config: OperatorConfi
         "spec": {
             "podSelector": {"matchLabels": gateway_pod_labels(body)},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [
-                {
-                    "from": [{"podSelector": {"matchLabels": _agent_pod_labels(body)}}],
-                    "ports": [{"protocol": "TCP", "port": CLUSTER_GATEWAY_PORT}],
-                }
-            ],
+            "ingress": ingress,
             "egress": egress,
         },
     }
