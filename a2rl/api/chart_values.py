@@ -122,17 +122,23 @@ class ResourceValues(ApiModel):
     limits: dict[str, Quantity] = Field(default_factory=dict, description="Limits.")
 
 
-class ServiceMonitorValues(ApiModel):
-    """A Prometheus Operator ServiceMonitor of the operator's `/metrics` (needs its CRD)."""
+class MonitorValues(ApiModel):
+    """A Prometheus Operator monitor object (needs its CRD)."""
 
-    enabled: bool = Field(default=False, description="Create the ServiceMonitor.")
+    enabled: bool = Field(
+        default=False, description="Create the monitor object (ServiceMonitor, PodMonitor)."
+    )
     interval: str = Field(
         default="30s", pattern=r"^[0-9]+(ms|s|m|h)$", description="How often Prometheus scrapes."
     )
     labels: dict[str, str] = Field(
         default_factory=dict,
-        description="Labels of the ServiceMonitor, e.g. the `release` your Prometheus selects.",
+        description="Labels of the monitor object, e.g. the `release` your Prometheus selects.",
     )
+
+
+class ServiceMonitorValues(MonitorValues):
+    """A Prometheus Operator ServiceMonitor of the operator's `/metrics` (needs its CRD)."""
 
 
 class MetricsScraperValues(ApiModel):
@@ -151,17 +157,8 @@ class MetricsScraperValues(ApiModel):
     )
 
 
-class PodMonitorValues(ApiModel):
+class PodMonitorValues(MonitorValues):
     """A Prometheus Operator PodMonitor of every gateway pod's `/metrics` (needs its CRD)."""
-
-    enabled: bool = Field(default=False, description="Create the PodMonitor.")
-    interval: str = Field(
-        default="30s", pattern=r"^[0-9]+(ms|s|m|h)$", description="How often Prometheus scrapes."
-    )
-    labels: dict[str, str] = Field(
-        default_factory=dict,
-        description="Labels of the PodMonitor, e.g. the `release` your Prometheus selects.",
-    )
 
 
 class GatewayMetricsValues(ApiModel):
