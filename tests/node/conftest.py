@@ -182,7 +182,9 @@ def installed(
 ) -> Iterator[Helm]:
     """`helm install` of the chart: the operator's Deployment Available on the real node."""
     cp, minio, node = real_cluster.control_plane, real_cluster.minio, real_cluster.node
-    folders = [node.state_dir / "volumes" / f"pv-{i}" for i in range(3)]
+    # One local PV per workspace (Retain: a released one is not bound again): the tier's three runs
+    # and one to spare.
+    folders = [node.state_dir / "volumes" / f"pv-{i}" for i in range(4)]
     for folder in folders:
         folder.mkdir(parents=True)
     for obj in local_volumes(node.name, folders):
