@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.metadata
-import importlib.util
 import json
 import os
 import shutil
@@ -144,7 +143,11 @@ def downloads_dir(cache_root: Path) -> Path:
 def _pip_command() -> list[str] | None:
     """How to run pip: this interpreter's pip, else one on PATH (the wheel is pure Python, any
     Python 3 pip can download it)."""
-    if importlib.util.find_spec("pip") is not None:
+    # By its installed metadata, not `importlib.util.find_spec("pip")`: a find_spec of pip goes
+    # through setuptools' distutils finder, which then stands down for the rest of the process, and
+    # a later `import setuptools` (vLLM's, through torch.utils.cpp_extension) fails.
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.distribution("pip")
         return [sys.executable, "-m", "pip"]
     for name in ("pip3", "pip"):
         found = shutil.which(name)

