@@ -4,6 +4,7 @@ lines and the end-of-run summary."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sys
 import threading
@@ -147,10 +148,9 @@ class StatusLine:
             return
         with self._lock:
             if self.tty and self._shown:
-                self.stream.write("\r\x1b[K" + line + "\n" + self._fit(self._shown))
+                self._emit("\r\x1b[K" + line + "\n" + self._fit(self._shown))
             else:
-                self.stream.write(line + "\n")
-            self.stream.flush()
+                self._emit(line + "\n")
 
     __call__ = say
 
@@ -162,21 +162,19 @@ class StatusLine:
         with self._lock:
             if self.tty:
                 self._shown = text
-                self.stream.write("\r\x1b[K" + self._fit(text))
+                self._emit("\r\x1b[K" + self._fit(text))
             else:
                 now = self.clock()
                 if key == self._last_key and now - self._last_plain < self.plain_every_s:
                     return
                 self._last_key, self._last_plain = key, now
-                self.stream.write(f"{time.strftime('%H:%M:%S')} {text}\n")
-            self.stream.flush()
+                self._emit(f"{time.strftime('%H:%M:%S')} {text}\n")
 
     def clear(self) -> None:
         """Remove the status line (before the summary); the next `update` shows one again."""
         with self._lock:
             if self.enabled and self.tty and self._shown:
-                self.stream.write("\r\x1b[K")
-                self.stream.flush()
+                self._emit("\r\x1b[K")
             self._shown = ""
             self._last_key = None
 
@@ -207,6 +205,17 @@ class StatusLine:
             if thread.is_alive():
                 thread.join(timeout=5.0)
             self.clear()
+
+    def _emit(self, text: str) -> None:
+        """Write and flush (the lock held). A terminal that went away (EIO; a closed pipe: EPIPE)
+        takes nothing more: the output goes to /dev/null from then on, and the run carries on to
+        its end (the SIGHUP that follows a closed terminal ends it as an interrupt)."""
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except OSError:
+            self.stream = open(os.devnull, "w")  # noqa: SIM115 (kept for the rest of the run)
+            self.tty = False
 
     def _fit(self, text: str) -> str:
         """`text` cut to the terminal's width: a wrapped line could not be redrawn in place."""

@@ -191,9 +191,11 @@ def test_helm_install_into_the_control_plane(installed: tuple[Helm, str, str], c
 
     full = ChartValues.model_validate(yaml.safe_load(FULL.read_text()))
     start = time.monotonic()
-    # Without the ServiceMonitor: the Prometheus Operator's CRD is not part of the test cluster.
+    # Without the ServiceMonitor and PodMonitor: the Prometheus Operator's CRDs are not part of the
+    # test cluster.
     helm("install", release, str(CHART), "-n", ns, "-f", str(FULL), "--set",
-         f"rbac.create=true,fullnameOverride={release},operator.serviceMonitor.enabled=false")  # fmt: skip
+         f"rbac.create=true,fullnameOverride={release},operator.serviceMonitor.enabled=false,"
+         "gateway.metrics.podMonitor.enabled=false")  # fmt: skip
     print(f"helm install: {time.monotonic() - start:.1f}s")
 
     # The CRDs (from crds/; present already when other tests installed them), established.

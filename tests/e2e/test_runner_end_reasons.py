@@ -242,6 +242,9 @@ def test_the_terminal_closing_during_the_agent_is_recorded_as_interrupted(
             break
     assert b"agent: started" in seen, seen[-3000:]
     os.close(leader)  # the terminal is gone: writes to it fail from now on
+    # The runner writes its status line meanwhile: the writes fail (EIO) before the SIGHUP comes, as
+    # when a session drops. Without this pause the race was lost only now and then (exit 1).
+    time.sleep(3)
     proc.send_signal(signal.SIGHUP)  # what the kernel sends its session
     assert proc.wait(timeout=600) == 130
     run_dir = _run_dir(store_dir, "hung-up")

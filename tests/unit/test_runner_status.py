@@ -3,6 +3,7 @@ on a terminal, a few timestamped lines elsewhere, agent output kept above the st
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import pty
@@ -170,3 +171,23 @@ def test_agent_output_goes_through_the_echo(tmp_path: Path) -> None:
     )
     assert AgentSupervisor(launch).run(budget_s=30, grace_s=1).exit_code == 0
     assert lines == ["agent | one", "agent | two", "agent | three"]
+
+
+def test_a_terminal_that_went_away_takes_no_more_output_and_raises_nothing() -> None:
+    """The user's terminal closes (a dropped ssh session): writes to it fail with EIO before the
+    SIGHUP arrives. The runner must not die of that write (it did: exit 1, no end reason)."""
+
+    class LostTerminal(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(errno.EIO, "Input/output error")
+
+        def isatty(self) -> bool:
+            return True
+
+    lost = LostTerminal()
+    line = StatusLine(lost, plain_every_s=0)
+    line.update("baseline: evaluating")
+    line.say("[a2rl] agent: started")
+    line.clear()
+    assert line.stream is not lost and line.tty is False
+    line.say("still fine")
