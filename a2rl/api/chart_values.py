@@ -125,9 +125,7 @@ class ResourceValues(ApiModel):
 class MonitorValues(ApiModel):
     """A Prometheus Operator monitor object (needs its CRD)."""
 
-    enabled: bool = Field(
-        default=False, description="Create the monitor object (ServiceMonitor, PodMonitor)."
-    )
+    enabled: bool = Field(default=False, description="Create the monitor object.")
     interval: str = Field(
         default="30s", pattern=r"^[0-9]+(ms|s|m|h)$", description="How often Prometheus scrapes."
     )
