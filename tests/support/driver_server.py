@@ -548,7 +548,6 @@ class DriverServer:
         self.records: list[RequestRecord] = []
         self._lock = threading.Lock()
         self._ids = 0
-        self.host = host
         self._httpd = _Server((host, port), self._handler())
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
@@ -561,7 +560,7 @@ class DriverServer:
     @property
     def url(self) -> str:
         """The server's root, `http://<host>:<port>` (add `/v1` where a stack wants it)."""
-        return f"http://{self.host}:{self.port}"
+        return f"http://{self._httpd.server_address[0]}:{self.port}"
 
     def start(self) -> DriverServer:
         self._thread.start()
