@@ -10,11 +10,12 @@ from a2rl.tracing.context import (
     new_traceparent,
     parse_traceparent,
     pod_trace_env,
-    run_trace_annotation_patch,
+    run_traceparent,
     trace_env,
     traceparent_from_annotations,
     traceparent_from_carrier,
     traceparent_from_env,
+    uid_traceparent,
 )
 from a2rl.tracing.setup import (
     Tracing,
@@ -53,11 +54,12 @@ __all__ = [
     "parse_traceparent",
     "pod_trace_env",
     "read_traces",
-    "run_trace_annotation_patch",
+    "run_traceparent",
     "span",
     "timeline",
     "trace_env",
     "traceparent_from_annotations",
     "traceparent_from_carrier",
     "traceparent_from_env",
+    "uid_traceparent",
 ]

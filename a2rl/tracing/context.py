@@ -3,12 +3,14 @@
 A run's trace context travels as a `traceparent` string (`00-<trace id>-<span id>-<flags>`):
 in the env var `A2RL_TRACEPARENT` of every process of the run, and in a cluster also in the
 BenchRun annotation `opentelemetry.io/trace-context` as a JSON carrier
-(`{"traceparent": "00-…"}`, the form agent-sandbox uses). The operator uses
-`run_trace_annotation_patch` when it first sees a run and `pod_trace_env` for every pod/Job.
+(`{"traceparent": "00-…"}`, the form agent-sandbox uses) when the user gives one; without it the
+run's context is derived from its uid (`run_traceparent`), so nobody has to write it anywhere.
+The operator uses `pod_trace_env` for every pod/Job of a run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
@@ -97,18 +99,26 @@ def traceparent_from_env(environ: Mapping[str, str]) -> TraceParent | None:
     return parse_traceparent(environ.get(ENV_TRACEPARENT))
 
 
-def run_trace_annotation_patch(
-    annotations: Mapping[str, str] | None, tp: TraceParent | None = None
-) -> dict[str, Any] | None:
-    """The merge patch that gives a BenchRun its trace context, or None if it already has one.
+def uid_traceparent(uid: str) -> TraceParent:
+    """The trace context a run's uid implies: the trace id is the uid's 32 hex digits (a
+    Kubernetes uid is a UUID; anything else is hashed), the root span id the first 16 hex digits
+    of the uid's SHA-256. The same for every reader, for ever."""
+    digest = hashlib.sha256(uid.encode()).hexdigest()
+    trace_id = uid.replace("-", "").lower()
+    if not re.fullmatch(r"[0-9a-f]{32}", trace_id) or trace_id == "0" * 32:
+        trace_id = digest[16:48]
+    span_id = digest[:16] if digest[:16] != "0" * 16 else "1".rjust(16, "0")
+    return TraceParent(trace_id=trace_id, span_id=span_id)
 
-    Idempotent for a reconcile loop: a run with a valid context keeps it (one trace per run); a
-    missing or malformed one is (re)placed by `tp` (default: a new trace).
-    """
-    if traceparent_from_annotations(annotations) is not None:
-        return None
-    value = carrier_json(tp or new_traceparent())
-    return {"metadata": {"annotations": {ANNOTATION_TRACE_CONTEXT: value}}}
+
+def run_traceparent(metadata: Mapping[str, Any]) -> TraceParent | None:
+    """A BenchRun's trace context: its annotation's when valid (a user's or a GitOps tool's), else
+    the one its uid implies (`uid_traceparent`); None for an object without a uid (not created)."""
+    given = traceparent_from_annotations(metadata.get("annotations"))
+    if given is not None:
+        return given
+    uid = metadata.get("uid")
+    return uid_traceparent(str(uid)) if uid else None
 
 
 def trace_env(tp: TraceParent | str | None) -> dict[str, str]:
@@ -117,7 +127,7 @@ def trace_env(tp: TraceParent | str | None) -> dict[str, str]:
     return {ENV_TRACEPARENT: str(parsed)} if parsed is not None else {}
 
 
-def pod_trace_env(annotations: Mapping[str, str] | None) -> list[dict[str, str]]:
+def pod_trace_env(metadata: Mapping[str, Any]) -> list[dict[str, str]]:
     """Kubernetes `EnvVar`s for a pod of the run: `[{"name": "A2RL_TRACEPARENT", "value": …}]`
-    from the BenchRun's annotation, or `[]` when it has none."""
-    return [{"name": k, "value": v} for k, v in trace_env(traceparent_from_annotations(annotations)).items()]
+    (`run_traceparent` of the BenchRun's metadata), or `[]` for a run without a uid."""
+    return [{"name": k, "value": v} for k, v in trace_env(run_traceparent(metadata)).items()]

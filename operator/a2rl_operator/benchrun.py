@@ -2,7 +2,8 @@
 adds the kopf handlers to a registry (`registry.build_registry`).
 
 The workspace:
-- BenchRun create/resume: validate, get-or-create every child (idempotent), mark Accepted.
+- BenchRun create/resume: validate, get-or-create every child (idempotent), then the first
+  status in one write (`Accepted`, `Graded=False` with grading on, the new Job's state).
 - Job / Pod events (label-selected), Kueue's Workloads of the workspace Jobs (`queueing`) and
   the Job controller's quota FailedCreate events: recompute the run's conditions from what is
   observed and write them (status only, through `status_writer.write_status`, which posts one
@@ -12,7 +13,7 @@ The workspace:
 - BenchRun delete: the finalizer (bounded; see `finalizer.py`).
 
 The end of the run, with grading on (`OperatorConfig.grading`): an accepted run gets
-`Graded=False` (`AwaitingAgent`) at once, and the terminal condition then waits for grading
+`Graded=False` (`AwaitingAgent`) with its first status, and the terminal condition then waits for grading
 (`status.observe` leaves it to this module). When the workspace Job has finished
 (`AgentFinished`, for any reason):
 
@@ -65,7 +66,6 @@ from a2rl.constants import (
 from a2rl.records.report import ReportRecord
 from a2rl.store.layout import RunLayout
 from a2rl.store.scoped import report_user
-from a2rl.tracing.context import run_trace_annotation_patch
 from a2rl_operator import dns_pins, driver_usage, queueing, store_access
 from a2rl_operator import status as st
 from a2rl_operator.benchsubmission import resync_submissions
@@ -88,7 +88,7 @@ from a2rl_operator.manifests.secret import report_store_secret, store_uri
 from a2rl_operator.metrics import timed
 from a2rl_operator.retention import retain
 from a2rl_operator.run_tracing import now_ns, operator_tracing, record_root_span, record_run_span
-from a2rl_operator.status_writer import run_ref, write_status
+from a2rl_operator.status_writer import ChangesFor, run_ref, write_status
 
 Body = dict[str, Any]
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -97,6 +97,8 @@ REPORT_JOB_LABELS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_RE
 RESYNC_S = 60.0
 RETENTION_RETRY_S = 5.0
 PIN_RETRY_S = 10.0
+#: The last state of each child (Job, Pod, Workload) the run's conditions were computed from.
+_SEEN = SeenStates()
 
 
 # --- validation that the CRD schema cannot express -------------------------------------------
@@ -131,17 +133,6 @@ def problem(body: Body, config: OperatorConfig) -> tuple[str, str] | None:
 # --- BenchRun lifecycle ----------------------------------------------------------------------
 
 
-def ensure_trace_context(body: Body, kube: Kube) -> None:
-    """Give the run its trace context annotation (once: a valid one is kept) before any child is
-    built, so every pod of the run carries the same trace id; `body` is updated in place."""
-    meta = body["metadata"]
-    patch = run_trace_annotation_patch(meta.get("annotations"))
-    if patch is None:
-        return
-    kube.patch_run(meta["namespace"], meta["name"], patch)
-    meta["annotations"] = {**(meta.get("annotations") or {}), **patch["metadata"]["annotations"]}
-
-
 def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) -> None:
     """Create whatever is missing for the run (safe to call any number of times)."""
     meta = body["metadata"]
@@ -160,15 +151,14 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
         logger.info("BenchRun %s/%s not accepted: %s", ns, name, message)
         write_status(kube, ns, name, lambda _c: st.rejection(reason, message))
         return
-    # Accepted first, so it leads the condition list (children's watchers may write next). The
-    # handler's body is the first read (a conflict reads it again).
-    write_status(kube, ns, name, lambda _c: [st.accepted()], run=body)
-    ensure_trace_context(body, kube)
     started_ns = now_ns()
     access = store_access.run_credentials(body, parse_spec(body), config)
+    run = body  # the freshest read of the run (the first status write is guarded by it)
     if access.credentials is not None:  # before the Secret: the finalizer must know to remove the user
-        kube.patch_run(ns, name, {"metadata": {"annotations": store_access.store_user_annotation(access)}})
+        annotation = store_access.store_user_annotation(access)
+        run = kube.patch_run(ns, name, {"metadata": {"annotations": annotation}})
     created: list[str] = []
+    new_job: Body | None = None
     spec = parse_spec(body)
     try:
         # The pod has no DNS: the names it uses are resolved here, the store's before anything is
@@ -187,7 +177,8 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
         for note in notes:
             logger.warning("BenchRun %s/%s: %s", ns, name, note)
         job = workspace_job(body, spec, config, pins + services)
-        if kube.ensure(job, meta["uid"]):
+        new_job = kube.create_owned(job, meta["uid"])
+        if new_job is not None:
             created.append(f"Job {job['metadata']['name']}")
     except NameConflictError as exc:
         conflict = str(exc)
@@ -197,17 +188,12 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
         logger.info("BenchRun %s/%s: its namespace is being deleted; nothing created", ns, name)
         return
     if any(c.startswith("Secret ") for c in created):
-        scoped = access.credentials is not None
-        logger.log(logging.INFO if scoped else logging.WARNING, "BenchRun %s/%s: %s", ns, name, access.reason)
-        kube.post_event(
-            run_ref(body),
-            "Normal" if scoped else "Warning",
-            store_access.R_SCOPED if scoped else store_access.R_NOT_SCOPED,
-            access.reason,
-        )
+        level = logging.WARNING if access.failed else logging.INFO
+        logger.log(level, "BenchRun %s/%s: %s", ns, name, access.reason)
+        if access.failed:  # the admin has something to fix: an Event too
+            kube.post_event(run_ref(body), "Warning", store_access.R_NOT_SCOPED, access.reason)
     if created:
         logger.info("BenchRun %s/%s: created %s", ns, name, ", ".join(created))
-        kube.post_event(run_ref(body), "Normal", "CreatedWorkspace", "created " + ", ".join(created))
         try:  # best effort: a store without credentials or a flaky one never fails the reconcile
             tracing = operator_tracing(store_uri(parse_spec(body), config))
             attrs: dict[str, str | int] = {"a2rl.created": ", ".join(created)}
@@ -216,8 +202,45 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
             )
         except Exception as exc:
             logger.warning("BenchRun %s/%s: no reconcile span recorded: %s", ns, name, exc)
-    if not any(c.startswith("Job ") for c in created):
-        refresh(kube, ns, name, config=config)  # a new Job is observed through its own watch event
+    write_first_status(kube, config, run, new_job)
+    if new_job is None:
+        refresh(kube, ns, name, config=config)  # the Job existed (a resumed run): observe it all
+
+
+def first_changes(config: OperatorConfig, new_job: Body | None, queue_name: str | None) -> ChangesFor:
+    """An accepted run's first status, written once its children exist, in one write: `Accepted`,
+    with grading on `Graded=False` (`AwaitingAgent`), and what `new_job` (the workspace Job as
+    just created; None when it existed) implies. Until it is written, the Job, Pod and Event
+    watchers leave the run alone (`refresh`), so `Accepted` leads the condition list."""
+
+    def changes(conds: list[st.Cond]) -> list[st.Change]:
+        out = [st.accepted()]
+        after = st.apply_changes(conds, out, None, st.now_iso())[0]
+        if config.grading.enabled and needs_graded_mark(after):
+            out.append(gr.graded_awaiting())
+            after = st.apply_changes(after, out[-1:], None, st.now_iso())[0]
+        if new_job is not None:
+            obs = st.Observation(job=new_job, pod=None, queue_name=queue_name, observed_at=st.now_iso())
+            out += st.observe(obs, after)
+        return out
+
+    return changes
+
+
+def write_first_status(kube: Kube, config: OperatorConfig, run: Body, new_job: Body | None) -> None:
+    """`first_changes`, with `run` as the first read; the new Job's state is marked seen, so its
+    watch event (the same state) reads and writes nothing more."""
+    meta = run["metadata"]
+    job_uid = (new_job or {}).get("metadata", {}).get("uid")
+    if new_job is not None and job_uid:
+        _SEEN.is_new(job_uid, job_fingerprint(new_job))
+    changes = first_changes(config, new_job, (run.get("spec") or {}).get("queueName"))
+    try:
+        write_status(kube, meta["namespace"], meta["name"], changes, run=run)
+    except BaseException:
+        if job_uid:
+            _SEEN.forget(job_uid)  # not written after all: the Job's next event must be observed
+        raise
 
 
 def refresh(
@@ -235,6 +258,8 @@ def refresh(
     run = kube.get_run(namespace, name)
     if run is None or run["metadata"].get("deletionTimestamp"):
         return []  # a run being deleted gets no new conditions
+    if st.get_condition(st.run_conditions(run), COND_ACCEPTED) is None:
+        return []  # its reconcile writes the first status (`write_first_status`)
     uid = run["metadata"]["uid"]
     # The run, then its pod, then the Job: what says the budget clock started is read before the
     # Job, so a Job read suspended after it was evicted (`st.Observation.budget_started`).
@@ -361,9 +386,6 @@ def _owner_run(obj: kopf.Body) -> tuple[str, str] | None:
     if not name or not labels.get(LABEL_RUN_UID):
         return None
     return obj["metadata"]["namespace"], name
-
-
-_SEEN = SeenStates()
 
 
 def _refresh_on_change(body: kopf.Body, memo: Any, type: str | None, fingerprint: Hashable) -> None:
@@ -628,20 +650,6 @@ def _grading(memo: Any) -> GradingConfig:
     return config.grading
 
 
-def on_run_created(body: kopf.Body, memo: Any, **_: Any) -> None:
-    """Registered after the workspace reconcile: the run is Accepted (or refused) by now."""
-    if not _grading(memo).enabled:
-        return
-    meta = body["metadata"]
-    run = memo.kube.get_run(meta["namespace"], meta["name"])
-    if run is None:
-        return
-    conds = _conds(run)
-    if st.get_condition(conds, COND_ACCEPTED) is None and not st.is_terminal(conds):
-        raise kopf.TemporaryError("waiting for the run to be accepted", delay=1)
-    mark_graded(memo.kube, meta["namespace"], meta["name"])
-
-
 def _finished_and_open(body: kopf.Body, memo: Any, **_: Any) -> bool:
     conds = _conds(body)
     return _grading(memo).enabled and grading_open(conds) and gr.agent_finish(conds) is not None
@@ -683,8 +691,8 @@ def grading_resync(body: kopf.Body, memo: Any, logger: Logger, **_: Any) -> None
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
-    """Add the BenchRun handlers to `registry`, in the order kopf must run them: the workspace
-    reconcile before `grading-mark` (which needs the run Accepted or refused)."""
+    """Add the BenchRun handlers to `registry`. One create/resume handler: each more would cost
+    every run a PATCH of kopf's progress annotations."""
     run = (API_GROUP, API_VERSION, BENCHRUN_PLURAL)
     kopf.on.create(*run, registry=registry)(timed(on_benchrun))
     kopf.on.resume(*run, registry=registry)(timed(on_benchrun))
@@ -703,8 +711,6 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     workloads = (queueing.WORKLOAD_GROUP, queueing.WORKLOAD_VERSION, queueing.WORKLOAD_PLURAL)
     kopf.on.event(*workloads, registry=registry)(timed(on_workload))
     # The end of the run (no-ops while grading is off).
-    kopf.on.create(*run, id="grading-mark", registry=registry)(timed(on_run_created))
-    kopf.on.resume(*run, id="grading-mark", registry=registry)(timed(on_run_created))
     kopf.on.event(*run, when=_finished_and_open, registry=registry)(timed(on_run_finished))
     kopf.on.event("batch", "v1", "jobs", labels=REPORT_JOB_LABELS, registry=registry)(timed(on_report_job))
     resync_s = config.grading.resync_s

@@ -47,6 +47,14 @@ def raw(response: Any) -> Obj:
     return data
 
 
+def discard(response: Any) -> None:
+    """Finish a `_preload_content=False` call whose body is not needed: read it off the connection
+    and hand the connection back to the pool. Dropped unread, the response keeps its connection
+    until the garbage collector closes it, so the next call opens a new one (TCP and TLS)."""
+    response.drain_conn()
+    response.release_conn()
+
+
 def plain(body: Mapping[str, Any]) -> Obj:
     """A handler's kopf.Body as a wire dict (what the manifest builders and decisions take)."""
     return {
@@ -77,7 +85,39 @@ def is_namespace_terminating(exc: ApiException) -> bool:
     return any(c.get("reason") == "NamespaceTerminating" for c in details.get("causes") or [])
 
 
+#: The plural (URL path segment) of each kind the operator creates.
+PLURALS = {
+    "PersistentVolumeClaim": "persistentvolumeclaims",
+    "ServiceAccount": "serviceaccounts",
+    "Secret": "secrets",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+    "NetworkPolicy": "networkpolicies",
+    "Job": "jobs",
+    "Service": "services",
+}
+#: Kinds the operator may create but not read (least privilege: a 409 is taken as ours).
+UNREADABLE = frozenset({"Secret"})
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def collection_path(api_version: str, namespace: str, plural: str) -> str:
+    """The URL path of a namespaced collection: `/api/v1/...` for the core group, else `/apis/...`."""
+    root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return f"{root}/namespaces/{namespace}/{plural}"
+
+
+def run_path(namespace: str, name: str) -> str:
+    return f"{collection_path(f'{API_GROUP}/{API_VERSION}', namespace, BENCHRUN_PLURAL)}/{name}"
+
+
 class Kube:
+    """The operator's API calls. The hot ones (children, runs, their Jobs and pods, status) are
+    plain JSON requests (`_call`): the generated client validates every call's arguments with
+    pydantic and converts bodies to and from its models, which was a quarter of the operator's
+    CPU at hundreds of runs; errors are the client's `ApiException` all the same."""
+
     def __init__(self, api: client.ApiClient, terminating: TerminatingNamespaces | None = None) -> None:
         self.api = api
         #: Namespaces being deleted: no status writes, no Events, no reconciling there.
@@ -88,61 +128,73 @@ class Kube:
         self.net = client.NetworkingV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
-    # --- children -------------------------------------------------------------------------
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Obj | None = None,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = JSON,
+    ) -> Any:
+        """One request, its response read off the connection (which goes back to the pool);
+        a non-2xx answer raises `ApiException` (`.status`, `.body`) as the generated client does."""
+        headers = {"Accept": JSON, "Content-Type": content_type}
+        method, url, headers, payload, _ = self.api.param_serialize(
+            method, path, query_params=query, header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
+        response = self.api.call_api(method, url, header_params=headers, body=payload)
+        response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response
 
-    def _ops(self, kind: str) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
-        """(create, read) for a kind; read is None where the operator may not read (Secrets)."""
-        ops: dict[str, tuple[Callable[..., Any], Callable[..., Any] | None]] = {
-            "PersistentVolumeClaim": (
-                self.core.create_namespaced_persistent_volume_claim,
-                self.core.read_namespaced_persistent_volume_claim,
-            ),
-            "ServiceAccount": (
-                self.core.create_namespaced_service_account,
-                self.core.read_namespaced_service_account,
-            ),
-            # The operator has no `get` on Secrets (least privilege): a 409 is taken as ours.
-            "Secret": (self.core.create_namespaced_secret, None),
-            "Role": (self.rbac.create_namespaced_role, self.rbac.read_namespaced_role),
-            "RoleBinding": (self.rbac.create_namespaced_role_binding, self.rbac.read_namespaced_role_binding),
-            "NetworkPolicy": (
-                self.net.create_namespaced_network_policy,
-                self.net.read_namespaced_network_policy,
-            ),
-            "Job": (self.batch.create_namespaced_job, self.batch.read_namespaced_job),
-            "Service": (self.core.create_namespaced_service, self.core.read_namespaced_service),
-        }
-        return ops[kind]
+    def _json(self, method: str, path: str, body: Obj | None = None, **kwargs: Any) -> Obj:
+        data: Obj = json.loads(self._call(method, path, body, **kwargs).data)
+        return data
+
+    # --- children -------------------------------------------------------------------------
 
     def ensure(self, manifest: Obj, owner_uid: str) -> bool:
         """Create `manifest` unless it exists; True when this call created it."""
+        return self._create_or_adopt(manifest, owner_uid) is not None
+
+    def create_owned(self, manifest: Obj, owner_uid: str) -> Obj | None:
+        """`ensure`, returning the object as the API server created it (None: it existed)."""
+        response = self._create_or_adopt(manifest, owner_uid)
+        return None if response is None else cast(Obj, json.loads(response.data))
+
+    def _path(self, manifest: Obj) -> str:
         meta = manifest["metadata"]
-        create, read = self._ops(manifest["kind"])
+        return collection_path(manifest["apiVersion"], meta["namespace"], PLURALS[manifest["kind"]])
+
+    def _create_or_adopt(self, manifest: Obj, owner_uid: str) -> Any | None:
+        """The response of creating `manifest`; None when it exists and `owner_uid` owns it
+        (`NameConflictError` when someone else does)."""
+        meta = manifest["metadata"]
         try:
-            create(meta["namespace"], manifest, _preload_content=False)
-            return True
+            return self._call("POST", self._path(manifest), manifest)
         except ApiException as exc:
             if is_namespace_terminating(exc):
                 self.terminating.mark(meta["namespace"])
                 raise NamespaceTerminatingError(f"namespace {meta['namespace']} is being deleted") from None
             if exc.status != 409:
                 raise
-        if read is None:
-            return False
-        existing = raw(read(meta["name"], meta["namespace"], _preload_content=False))
+        if manifest["kind"] in UNREADABLE:
+            return None
+        existing = self._json("GET", f"{self._path(manifest)}/{meta['name']}")
         owners = (existing.get("metadata") or {}).get("ownerReferences") or []
         if not any(o.get("uid") == owner_uid for o in owners):
             raise NameConflictError(
                 f"{manifest['kind']} {meta['name']} exists and is not owned by this BenchRun"
             )
-        return False
+        return None
 
     def get_owned(self, manifest: Obj, owner_uid: str) -> Obj | None:
         """The object `manifest` names when it exists and `owner_uid` owns it (not for Secrets)."""
-        meta = manifest["metadata"]
-        read = self._ops(manifest["kind"])[1]
-        assert read is not None, f"the operator does not read {manifest['kind']}s"
-        existing = none_if_missing(lambda: raw(read(meta["name"], meta["namespace"], _preload_content=False)))
+        assert manifest["kind"] not in UNREADABLE, f"the operator does not read {manifest['kind']}s"
+        path = f"{self._path(manifest)}/{manifest['metadata']['name']}"
+        existing = none_if_missing(lambda: self._json("GET", path))
         owners = ((existing or {}).get("metadata") or {}).get("ownerReferences") or []
         return existing if any(o.get("uid") == owner_uid for o in owners) else None
 
@@ -150,47 +202,36 @@ class Kube:
 
     def service_cluster_ip(self, namespace: str, name: str) -> str | None:
         """A Service's ClusterIP; None when it is missing or headless."""
-        svc = none_if_missing(
-            lambda: raw(self.core.read_namespaced_service(name, namespace, _preload_content=False))
-        )
+        path = f"{collection_path('v1', namespace, 'services')}/{name}"
+        svc = none_if_missing(lambda: self._json("GET", path))
         ip = ((svc or {}).get("spec") or {}).get("clusterIP")
         return ip if ip and ip != "None" else None
 
     def get_custom(self, plural: str, namespace: str, name: str) -> Obj | None:
         """One of our custom objects (`plural` of the a2rl API group); None when it is gone."""
-        obj = none_if_missing(
-            lambda: self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, plural, name)
-        )
-        assert obj is None or isinstance(obj, dict)
-        return obj
+        path = f"{collection_path(f'{API_GROUP}/{API_VERSION}', namespace, plural)}/{name}"
+        return none_if_missing(lambda: self._json("GET", path))
 
     def get_run(self, namespace: str, name: str) -> Obj | None:
         return self.get_custom(BENCHRUN_PLURAL, namespace, name)
 
     def get_job(self, namespace: str, name: str) -> Obj | None:
-        return none_if_missing(
-            lambda: raw(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
-        )
+        path = f"{collection_path('batch/v1', namespace, 'jobs')}/{name}"
+        return none_if_missing(lambda: self._json("GET", path))
 
     def newest_pod(self, namespace: str, run_uid: str, component: str) -> Obj | None:
-        pods = raw(
-            self.core.list_namespaced_pod(
-                namespace,
-                label_selector=f"{LABEL_RUN_UID}={run_uid},{LABEL_COMPONENT}={component}",
-                _preload_content=False,
-            )
-        )
+        selector = f"{LABEL_RUN_UID}={run_uid},{LABEL_COMPONENT}={component}"
+        query = [("labelSelector", selector)]
+        pods = self._json("GET", collection_path("v1", namespace, "pods"), query=query)
         items: list[Obj] = pods.get("items") or []
         if not items:
             return None
         newest: Obj = max(items, key=lambda p: p["metadata"].get("creationTimestamp") or "")
         return newest
 
-    def patch_run(self, namespace: str, name: str, patch: Obj) -> None:
-        """Merge-patch the BenchRun itself (metadata only: annotations such as the trace context)."""
-        self.custom.patch_namespaced_custom_object(
-            API_GROUP, API_VERSION, namespace, BENCHRUN_PLURAL, name, patch
-        )
+    def patch_run(self, namespace: str, name: str, patch: Obj) -> Obj:
+        """Merge-patch the BenchRun itself (metadata only: annotations); returns it as patched."""
+        return self._json("PATCH", run_path(namespace, name), patch, content_type=MERGE_PATCH)
 
     # --- events ---------------------------------------------------------------------------
 
@@ -250,10 +291,9 @@ class Kube:
                              "resourceVersion": obj["metadata"]["resourceVersion"]},
                 "status": status,
             }  # fmt: skip
+            path = f"{collection_path(f'{API_GROUP}/{API_VERSION}', namespace, plural)}/{name}/status"
             try:
-                self.custom.replace_namespaced_custom_object_status(
-                    API_GROUP, API_VERSION, namespace, plural, name, body
-                )
+                self._call("PUT", path, body)
                 return status
             except ApiException as exc:
                 if exc.status == 404:

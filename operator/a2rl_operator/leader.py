@@ -31,7 +31,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from a2rl.constants import OPERATOR_LEASE
-from a2rl_operator.kube import none_if_missing, raw
+from a2rl_operator.kube import discard, none_if_missing, raw
 
 log = logging.getLogger("a2rl.operator.leader")
 
@@ -155,9 +155,9 @@ class LeaseClient:
         s = self._settings
         try:
             if "resourceVersion" in body["metadata"]:
-                self._replace(s.name, s.namespace, body, _preload_content=False)
+                discard(self._replace(s.name, s.namespace, body, _preload_content=False))
             else:
-                self._create(s.namespace, body, _preload_content=False)
+                discard(self._create(s.namespace, body, _preload_content=False))
         except ApiException as exc:
             if exc.status == 409:
                 return False

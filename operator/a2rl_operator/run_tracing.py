@@ -2,9 +2,10 @@
 
 The operator serves many runs, so it has one `Tracing` and records finished spans with
 `record_span`: each span names its run (`a2rl.run.prefix`, so the store exporter writes it into
-that run's `traces/` folder) and has the run's root span (the BenchRun's trace-context
-annotation) as parent. At the end of the run the root span itself ("benchrun", from the run's
-creation to now) is recorded, so every span of the run has its parent in the trace.
+that run's `traces/` folder) and has the run's root span (`run_traceparent`: the BenchRun's
+trace-context annotation, or its uid's) as parent. At the end of the run the root span itself
+("benchrun", from the run's creation to now) is recorded, so every span of the run has its parent
+in the trace.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from a2rl.constants import COMPONENT_OPERATOR
 from a2rl.store.layout import RunLayout
-from a2rl.tracing.context import TraceParent, traceparent_from_annotations
+from a2rl.tracing.context import TraceParent, run_traceparent
 from a2rl.tracing.setup import Tracing
 from a2rl.tracing.spans import ATTR_RUN_PREFIX
 from a2rl_operator.grading.store import open_cached
@@ -65,7 +66,7 @@ def record_run_span(
 ) -> bool:
     """A finished operator span of `run`, child of the run's root span; False when the run has no
     trace context (or tracing is off)."""
-    root = traceparent_from_annotations(run["metadata"].get("annotations"))
+    root = run_traceparent(run["metadata"])
     if tracing is None or root is None:
         return False
     ids = TraceParent(trace_id=root.trace_id, span_id=secrets.token_hex(8), flags=root.flags)
@@ -76,8 +77,8 @@ def record_run_span(
 
 
 def record_root_span(tracing: Tracing | None, run: Body, end_ns: int) -> bool:
-    """The run's root span, with exactly the ids of its annotation, then flush (end of the run)."""
-    root = traceparent_from_annotations(run["metadata"].get("annotations"))
+    """The run's root span, with exactly the ids of `run_traceparent`, then flush (end of the run)."""
+    root = run_traceparent(run["metadata"])
     if tracing is None or root is None:
         return False
     start_ns = _created_ns(run) or end_ns

@@ -4,8 +4,9 @@ A write reads the run's status as a `BenchRunStatus`, applies the condition chan
 math: `lastTransitionTime` moves only when a status does) and any other status fields, derives
 `phase`, `startTime` and `completionTime`, and replaces the status subresource (`status_wire`)
 guarded by resourceVersion, retried on conflicts (`Kube.update_status`), so the Job, Pod, Event,
-BenchSubmission watchers and the timers of one run never lose each other's writes. Each condition
-transition that was written gets one Kubernetes Event on the BenchRun; the GitOps-readable
+BenchSubmission watchers and the timers of one run never lose each other's writes. A written
+transition a user acts on or waits for (`status.worth_an_event`: a Warning, the run's end) gets
+one Kubernetes Event on the BenchRun; the GitOps-readable
 conditions (`Reconciling`, `Stalled`, `Ready`, `Finished`, and `Succeeded=False`/`Failed=False`
 beside the terminal one: `status.lifecycle`) follow the others on every write and get none.
 """
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from a2rl.api.benchrun import BenchRunStatus
-from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_KIND, COND_ACCEPTED, COND_AGENT_RUNNING
+from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_KIND
 from a2rl.protocols import spec_protocol
 from a2rl.runs import parse_time
 from a2rl_operator import status as st
@@ -39,17 +40,13 @@ def run_ref(run: Body) -> Body:
     }
 
 
-def _event_reason(change: st.Change) -> str:
-    return "Accepted" if change.type == COND_ACCEPTED and change.status == st.TRUE else change.reason
-
-
 def post_events(kube: Kube, run: Body, transitions: list[st.Change]) -> None:
-    """One Event per transition (one per reason; AgentRunning=False is said by AgentFinished)."""
+    """One Event per transition worth one (`status.worth_an_event`), one per reason."""
     seen: set[str] = set()
     for change in transitions:
-        if change.type == COND_AGENT_RUNNING and change.status == st.FALSE:
-            continue  # said by AgentFinished
-        reason = _event_reason(change)
+        if not st.worth_an_event(change):
+            continue
+        reason = change.reason
         if reason in seen:
             continue
         seen.add(reason)

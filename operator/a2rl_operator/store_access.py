@@ -47,8 +47,7 @@ from a2rl_operator.manifests.secret import store_uri
 
 #: On the BenchRun: the store user the operator created for it (the finalizer removes it).
 ANNOTATION_STORE_USER = f"{API_GROUP}/store-user"
-#: Events on the BenchRun when its Secret is created.
-R_SCOPED = "StoreCredentialsScoped"
+#: The Warning Event on a BenchRun whose store user could not be created (`Access.failed`).
 R_NOT_SCOPED = "StoreCredentialsNotScoped"
 #: (bucket, root, the run's layout) → the IAM policy of one grading user.
 PolicyFor = Callable[[str, str, RunLayout], dict[str, Any]]
@@ -57,7 +56,8 @@ PolicyFor = Callable[[str, str, RunLayout], dict[str, Any]]
 @dataclass(frozen=True)
 class Access:
     credentials: RunCredentials | None  # None: the operator's keys (see `reason`)
-    reason: str  # one line for the Event
+    reason: str  # one line for the log (and the Event of a failure)
+    failed: bool = False  # scoping was wanted and the store could not do it: the admin's to fix
 
 
 def _scoper(config: OperatorConfig) -> MinioScoper:
@@ -103,7 +103,7 @@ def run_credentials(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> A
         policy = run_policy(bucket, root, layout, read_only_prefixes(spec))
         creds = _scoper(config).grant(meta["uid"], policy)
     except ScopeUnavailableError as exc:
-        return Access(None, f"the recorder gets the operator's store keys: {exc}")
+        return Access(None, f"the recorder gets the operator's store keys: {exc}", failed=True)
     return Access(creds, f"store user {creds.access_key}: read-write {layout.prefix}/ only")
 
 
@@ -124,7 +124,7 @@ def _grading_access(
         bucket, root = parse_s3_uri(store_uri(spec, config) or "")
         creds = _scoper(config).grant_user(user, policy(bucket, root, layout))
     except ScopeUnavailableError as exc:
-        return Access(None, f"the {who} gets the operator's store keys: {exc}")
+        return Access(None, f"the {who} gets the operator's store keys: {exc}", failed=True)
     return Access(creds, f"store user {creds.access_key} for the {who}")
 
 

@@ -30,7 +30,7 @@ from a2rl.models.tiny import build_tiny_model
 from a2rl.records.result import ResultRecord
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import hash_tree
-from a2rl.tracing.context import traceparent_from_annotations
+from a2rl.tracing.context import run_traceparent
 from a2rl.tracing.spans import collect_spans
 from tests.support.grading_fixtures import grading_operator
 from tests.support.grading_support import (
@@ -276,8 +276,8 @@ def test_submissions_are_evaluated_in_eval_jobs_and_the_run_is_graded(
     assert store.exists(layout.log("report")) and store.exists(f"{layout.report_dir}/report.html")
 
     # --- one trace for the run: the operator's spans, the played eval and report processes, and
-    # the root span (recorded at the end) all carry the trace id of the run's annotation.
-    root = traceparent_from_annotations(run["metadata"].get("annotations"))
+    # the root span (recorded at the end) all carry the run's trace id.
+    root = run_traceparent(run["metadata"])
     assert root is not None
     spans = collect_spans(store, layout)
     assert spans and {s["trace_id"] for s in spans} == {root.trace_id}

@@ -77,11 +77,12 @@ def test_a_terminating_namespace_gets_no_status_writes_nor_events(
         wait_for(lambda uid=uid: batch.list_namespaced_job(ns, label_selector=f"{LABEL_RUN_UID}={uid}").items,
                  timeout=60, what="the run's Job")  # fmt: skip
 
-    # kopf posts Events in the background: the runs' CreatedWorkspace ones first, then we watch.
-    def created_events() -> int:
-        return sum(e.reason == "CreatedWorkspace" for e in core.list_namespaced_event(ns).items)
+    # Every run's reconcile has created its children (the log says so), then the watches start.
+    def reconciled() -> int:
+        lines = proc.log_path.read_text(errors="replace").splitlines()
+        return sum(f"BenchRun {ns}/" in line and ": created " in line for line in lines)
 
-    wait_for(lambda: created_events() == RUNS, timeout=30, what="every run's CreatedWorkspace Event")
+    wait_for(lambda: reconciled() >= RUNS, timeout=30, what="every run's reconcile")
     time.sleep(1)
     events_rv = core.list_namespaced_event(ns).metadata.resource_version
     runs_rv = custom.list_namespaced_custom_object(API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL)["metadata"][

@@ -34,11 +34,12 @@ from a2rl.tracing import (
     parse_traceparent,
     pod_trace_env,
     read_traces,
-    run_trace_annotation_patch,
+    run_traceparent,
     span,
     timeline,
     traceparent_from_annotations,
     traceparent_from_carrier,
+    uid_traceparent,
 )
 
 LAYOUT = RunLayout("local", "demo", "0123456789ab")
@@ -85,23 +86,33 @@ def test_new_traceparent_is_random_and_valid() -> None:
     assert a.trace_id != b.trace_id and a.span_id != b.span_id
 
 
-def test_annotation_patch_is_idempotent_and_pods_get_the_env() -> None:
+def test_a_runs_context_is_its_annotations_else_its_uids_and_pods_get_the_env() -> None:
+    uid = "3f1c2b9e-7d4a-4e0b-9a51-c2d8e6f04b17"  # a Kubernetes uid
+    derived = run_traceparent({"uid": uid, "annotations": {"other": "x"}})
+    assert derived is not None and parse_traceparent(str(derived)) == derived and derived.sampled
+    assert derived.trace_id == "3f1c2b9e7d4a4e0b9a51c2d8e6f04b17"  # the uid: a user finds the trace
+    # The same ids for every reader, every time (an operator restart starts no second trace);
+    # another run gets other ones.
+    assert run_traceparent({"uid": uid}) == derived == uid_traceparent(uid)
+    other = run_traceparent({"uid": "9d6f0e41-2c37-4b8a-8f15-0a7e3b5c9d22"})
+    assert other is not None and other.trace_id != derived.trace_id and other.span_id != derived.span_id
+    # A uid that is not a UUID still gives a valid context.
+    odd = uid_traceparent("not-a-uuid")
+    assert parse_traceparent(str(odd)) == odd
+    # A context given in the annotation (a CI pipeline's own trace) is the run's.
     tp = new_traceparent()
-    patch = run_trace_annotation_patch({"other": "x"}, tp)
-    assert patch == {"metadata": {"annotations": {ANNOTATION_TRACE_CONTEXT: carrier_json(tp)}}}
-    annotations = patch["metadata"]["annotations"]
+    annotations = {ANNOTATION_TRACE_CONTEXT: carrier_json(tp)}
     assert json.loads(annotations[ANNOTATION_TRACE_CONTEXT]) == {"traceparent": str(tp)}
-    # Reconciling again keeps the run's trace: no patch.
-    assert run_trace_annotation_patch(annotations) is None
-    assert traceparent_from_annotations(annotations) == tp
-    assert pod_trace_env(annotations) == [{"name": ENV_TRACEPARENT, "value": str(tp)}]
-    # A malformed or missing context is replaced by a new trace; pods of such a run get nothing.
+    assert run_traceparent({"uid": uid, "annotations": annotations}) == tp
+    assert pod_trace_env({"uid": uid, "annotations": annotations}) == [
+        {"name": ENV_TRACEPARENT, "value": str(tp)}
+    ]
+    # A malformed one is ignored: the uid's context; an object not created yet has none.
     broken = {ANNOTATION_TRACE_CONTEXT: '{"traceparent": "nope"}'}
-    fresh = run_trace_annotation_patch(broken)
-    assert fresh is not None
-    new = traceparent_from_annotations(fresh["metadata"]["annotations"])
-    assert new is not None and new.trace_id != tp.trace_id
-    assert pod_trace_env(broken) == [] and pod_trace_env(None) == []
+    assert run_traceparent({"uid": uid, "annotations": broken}) == derived
+    assert traceparent_from_annotations(broken) is None
+    assert pod_trace_env({"uid": uid}) == [{"name": ENV_TRACEPARENT, "value": str(derived)}]
+    assert pod_trace_env({"annotations": broken}) == [] and run_traceparent({}) is None
     # A bare traceparent in the annotation is tolerated.
     assert traceparent_from_carrier(TP) == parse_traceparent(TP)
     assert traceparent_from_carrier("{not json") is None
@@ -233,13 +244,12 @@ def test_spans_route_to_their_run_by_attribute(tmp_path: Path) -> None:
 
 
 def test_record_span_gives_the_annotated_context_a_real_root(tmp_path: Path) -> None:
-    """The operator's flow: annotate a new run, pods continue it, the root span is recorded last."""
+    """The operator's flow: a new run's context, pods continue it, the root span is recorded last."""
     store = LocalStore(tmp_path / "store")
-    patch = run_trace_annotation_patch({})
-    assert patch is not None
-    root = traceparent_from_annotations(patch["metadata"]["annotations"])
+    meta = {"uid": "0f4e7c1a-58b2-4d69-b3e0-7a9c2d1f6e85"}
+    root = run_traceparent(meta)
     assert root is not None
-    pod = Tracing("recorder", store=store, run_prefix=LAYOUT.prefix, environ=dict(pod_trace_env_map(patch)))
+    pod = Tracing("recorder", store=store, run_prefix=LAYOUT.prefix, environ=pod_trace_env_map(meta))
     with pod.span("submission") as sub:
         pass
     pod.shutdown()
@@ -258,8 +268,8 @@ def test_record_span_gives_the_annotated_context_a_real_root(tmp_path: Path) -> 
     assert [(s["name"], s["start_offset_s"]) for s in tl["steps"]] == [("submission", 5.0)]
 
 
-def pod_trace_env_map(patch: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in pod_trace_env(patch["metadata"]["annotations"])}
+def pod_trace_env_map(meta: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in pod_trace_env(meta)}
 
 
 # --- merging and the timeline (pure) -------------------------------------------------------------

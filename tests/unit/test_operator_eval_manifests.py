@@ -55,7 +55,7 @@ from a2rl.records.report import ReportRecord
 from a2rl.records.result import ResultRecord
 from a2rl.store.layout import RunLayout
 from a2rl.store.open import open_store
-from a2rl.tracing.context import carrier_json, new_traceparent
+from a2rl.tracing.context import carrier_json, new_traceparent, run_traceparent
 from tests.support.pss import restricted_violations
 
 UID = "0b7c1f7e-1111-2222-3333-444455556666"
@@ -516,7 +516,9 @@ def test_eval_and_report_pods_carry_the_runs_trace_context() -> None:
     for container in (containers(build(run))["eval"], report):
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env[ENV_TRACEPARENT] == str(tp)
-    assert ENV_TRACEPARENT not in {e["name"] for e in containers(build())["eval"]["env"]}
+    # Without the annotation: the context the run's uid implies.
+    env = {e["name"]: e.get("value") for e in containers(build())["eval"]["env"]}
+    assert env[ENV_TRACEPARENT] == str(run_traceparent(benchrun()["metadata"]))
 
 
 # --- the grading NetworkPolicy and the run's own judge -----------------------------------------

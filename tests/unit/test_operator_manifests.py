@@ -29,7 +29,7 @@ from a2rl.constants import (
     LABEL_RUN_UID,
 )
 from a2rl.errors import A2rlError
-from a2rl.tracing.context import carrier_json, new_traceparent, traceparent_from_carrier
+from a2rl.tracing.context import carrier_json, new_traceparent, traceparent_from_carrier, uid_traceparent
 from tests.support.pss import restricted_violations
 
 UID = "0b7c1f7e-1111-2222-3333-444455556666"
@@ -273,9 +273,10 @@ def test_trace_context_reaches_the_recorder_but_never_the_agent() -> None:
         renv = {e["name"]: e.get("value") for e in init["env"]}
         assert renv[ENV_TRACEPARENT] == str(traceparent_from_carrier(carrier))
     assert ENV_TRACEPARENT not in {e["name"] for e in agent["env"]}
-    # A run without the annotation (not yet patched) gets no variable rather than a bogus one.
+    # A run without the annotation: the context its uid implies (no write needed to know it).
     plain = workspace_job(benchrun(), parse_spec(benchrun()), CONFIG)["spec"]["template"]["spec"]
-    assert ENV_TRACEPARENT not in {e["name"] for e in plain["initContainers"][1]["env"]}
+    renv = {e["name"]: e.get("value") for e in plain["initContainers"][1]["env"]}
+    assert renv[ENV_TRACEPARENT] == str(uid_traceparent(benchrun()["metadata"]["uid"]))
 
 
 def test_recorder_dispatches_to_the_cluster_and_spools_in_its_own_empty_dir() -> None:

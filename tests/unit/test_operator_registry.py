@@ -9,13 +9,21 @@ import kopf
 import pytest
 from a2rl_operator import status as st
 from a2rl_operator import status_writer
+from a2rl_operator.benchrun import first_changes
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.grading.config import GradingConfig
 from a2rl_operator.registry import build_registry
 from kopf._core.intents.registries import get_default_registry
 
 from a2rl.api.benchrun import ReportRef
-from a2rl.constants import COND_ACCEPTED, COND_FAILED
+from a2rl.constants import (
+    COND_ACCEPTED,
+    COND_ADMITTED,
+    COND_FAILED,
+    COND_GRADED,
+    COND_QUOTA_EXCEEDED,
+    COND_SUCCEEDED,
+)
 
 Body = dict[str, Any]
 
@@ -27,10 +35,10 @@ def handler_ids(handlers: Any) -> list[str]:
 def test_every_handler_is_on_the_explicit_registry_in_order_and_none_on_kopfs_default() -> None:
     registry = build_registry(OperatorConfig(grading=GradingConfig(grader_image="g:1", resync_s=7)))
     assert handler_ids(registry._activities) == ["login_via_client", "_startup"]
-    # The workspace reconcile runs before grading-mark (which waits for Accepted).
+    # A BenchRun has one create/resume handler (each more costs every run a PATCH of kopf's
+    # progress annotations) and its finalizer's.
     changing = handler_ids(registry._changing)
-    assert changing.index("on_benchrun") < changing.index("grading-mark")
-    assert "on_benchrun_delete" in changing
+    assert {h for h in changing if not h.startswith("campaign-")} == {"on_benchrun", "on_benchrun_delete"}
     watching = set(handler_ids(registry._watching))
     assert {"on_job", "on_pod", "on_quota_event", "on_run_finished", "on_report_job"} <= watching
     assert "on_workload" in watching  # Kueue's Workloads of the workspace Jobs
@@ -44,7 +52,7 @@ def test_every_handler_is_on_the_explicit_registry_in_order_and_none_on_kopfs_de
     assert getattr(timers["grading-resync"], "interval", None) == 7  # from the config, not the env
     # Importing the operator's modules registers nothing on kopf's default registry.
     default = get_default_registry()
-    ours = {"_startup", "resync", "grading-resync", "on_benchrun", "grading-mark", "on_submission", "on_job"}
+    ours = {"_startup", "resync", "grading-resync", "on_benchrun", "on_submission", "on_job"}
     for handlers in (default._activities, default._changing, default._watching, default._spawning):
         assert not ours & set(handler_ids(handlers))
 
@@ -115,3 +123,30 @@ def test_write_status_edits_fields_and_respects_only_if(events: list[tuple[str, 
         only_if=bool,  # no conditions yet: nothing is written
     )
     assert kube.run["status"] == {"bestScore": 1.5} and kube.writes == 1
+
+
+def test_progress_gets_no_event_a_warning_and_the_end_do(events: list[tuple[str, str]]) -> None:
+    kube = FakeKube(run_body())
+    status_writer.write_status(kube, "ns", "demo", lambda _c: [st.accepted()])
+    assert kube.writes == 1 and events == []  # a step: in the conditions only
+    quota = st.Change(COND_QUOTA_EXCEEDED, st.TRUE, st.R_EXCEEDED_QUOTA, 'exceeded quota: "gpus"')
+    status_writer.write_status(kube, "ns", "demo", lambda _c: [quota])
+    done = st.Change(COND_SUCCEEDED, st.TRUE, st.R_AGENT_COMPLETED, "the agent exited 0")
+    status_writer.write_status(kube, "ns", "demo", lambda _c: [done])
+    assert kube.writes == 3
+    assert events == [("Warning", st.R_EXCEEDED_QUOTA), ("Normal", st.R_AGENT_COMPLETED)]
+
+
+@pytest.mark.parametrize("grading", [False, True])
+def test_an_accepted_runs_first_status_is_one_write_with_its_new_jobs_state(grading: bool) -> None:
+    config = OperatorConfig(grading=GradingConfig(grader_image="grader:1" if grading else None))
+    new_job = {"metadata": {"name": "demo-workspace", "uid": "j1"}, "spec": {"suspend": False}, "status": {}}
+    kube = FakeKube(run_body())
+    written = status_writer.write_status(kube, "ns", "demo", first_changes(config, new_job, None))
+    types = [c.type for c in written]
+    assert types[0] == COND_ACCEPTED and (COND_GRADED in types) is grading
+    assert COND_ADMITTED in types  # no Kueue queue: the Job runs directly, said at once
+    assert kube.writes == 1 and kube.run["status"]["phase"] not in ("Failed", "Succeeded")
+    # A resumed run (its Job existed): the same again changes nothing; `refresh` observes the rest.
+    again = status_writer.write_status(kube, "ns", "demo", first_changes(config, None, None))
+    assert again == [] and kube.writes == 1

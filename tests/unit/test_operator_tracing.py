@@ -34,9 +34,10 @@ def test_operator_spans_and_the_root_span_belong_to_the_runs_trace(tmp_path: Pat
     end = int(created.timestamp()) * 10**9 + 5 * 10**9  # 5 s after the creation timestamp
     assert record_run_span(tracing, run, "operator.reconcile", start_ns=end - 10, end_ns=end - 5)
     assert record_root_span(tracing, run, end)
-    # A run without a trace context (not yet annotated) gets no span.
-    assert not record_run_span(tracing, run_body(), "operator.reconcile", start_ns=0, end_ns=1)
-    assert not record_root_span(tracing, run_body(), end)
+    # An object without a uid (never created) has no trace context: no span.
+    unborn: dict[str, object] = {"metadata": {"name": "demo", "namespace": "team-a"}}
+    assert not record_run_span(tracing, unborn, "operator.reconcile", start_ns=0, end_ns=1)
+    assert not record_root_span(tracing, unborn, end)
 
     spans = collect_spans(open_store(uri), RunLayout("team-a", "demo", UID))
     by_name = {s["name"]: s for s in spans}

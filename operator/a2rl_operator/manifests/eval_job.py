@@ -201,7 +201,7 @@ def eval_container(run: Body, spec: BenchRunSpec, target: EvalTarget, grading: G
         "name": EVAL_CONTAINER,
         "image": grading.grader_image,
         "command": eval_command(run, spec, target),
-        "env": eval_env(spec, grading) + pod_trace_env(run["metadata"].get("annotations")),
+        "env": eval_env(spec, grading) + pod_trace_env(run["metadata"]),
         "envFrom": eval_store_env_from(run, spec, target.index),
         "resources": eval_resources(spec),
         "securityContext": hardened_security_context(),

@@ -151,7 +151,7 @@ def gateway_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
     values.update({"HOME": SCRATCH_MOUNT, "TMPDIR": SCRATCH_MOUNT})
     env: list[Manifest] = [{"name": k, "value": v} for k, v in values.items()]
     env.append({"name": ENV_GATEWAY_TOKEN, "valueFrom": _token_ref(body)})
-    return env + pod_trace_env(meta.get("annotations"))
+    return env + pod_trace_env(meta)
 
 
 def gateway_job(body: Body, spec: BenchRunSpec, config: OperatorConfig, deadline_s: int) -> Manifest:

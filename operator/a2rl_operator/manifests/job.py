@@ -118,7 +118,7 @@ def recorder_env(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> list
     values[ENV_SPOOL_DIR] = SPOOL_MOUNT
     values[ENV_RECORDER_DRAIN_TIMEOUT] = str(config.recorder_drain_timeout_s)
     # The run's trace context goes to the recorder only: the agent never sees it (as in local mode).
-    return env_list(values) + pod_trace_env(meta.get("annotations"))
+    return env_list(values) + pod_trace_env(meta)
 
 
 def agent_resources(spec: BenchRunSpec) -> Manifest:

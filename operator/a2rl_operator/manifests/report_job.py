@@ -110,7 +110,7 @@ def report_job(
     pod_spec = report_pod_spec(
         report_command(run, store_uri),
         grading,
-        env=pod_trace_env(run["metadata"].get("annotations")),
+        env=pod_trace_env(run["metadata"]),
         env_from=report_store_env_from(run, spec),
         pins=pins,
     )
