@@ -6,8 +6,8 @@ The workspace:
   status in one write (`Accepted`, `Graded=False` with grading on, the new Job's state).
 - Job / Pod events (label-selected), Kueue's Workloads of the workspace Jobs (`queueing`) and
   the Job controller's quota FailedCreate events: recompute the run's conditions from what is
-  observed and write them (status only, through `status_writer.write_status`, which posts one
-  Kubernetes Event per transition).
+  observed and write them (status only, through `status_writer.write_status`, which posts an
+  Event for a transition a user acts on or waits for).
 - With a queueing limit (`--queue-timeout`): a run Kueue has not admitted in time ends `Failed`
   (`NotScheduled`), its Workload deactivated.
 - BenchRun delete: the finalizer (bounded; see `finalizer.py`).

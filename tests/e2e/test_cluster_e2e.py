@@ -39,7 +39,7 @@ from a2rl.constants import API_GROUP, API_VERSION, BENCHSUBMISSION_PLURAL, LABEL
 from a2rl.paths import cache_dir
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
-from a2rl.tracing.context import traceparent_from_annotations
+from a2rl.tracing.context import run_traceparent
 from a2rl.tracing.spans import collect_spans
 from tests.support.driver_server import DriverServer, Script
 from tests.support.grading_support import (
@@ -240,7 +240,7 @@ def test_reference_agent_trains_submits_twice_and_the_run_is_graded_in_the_clust
     print("report summary:", st["report"]["summary"])
 
     # 5. one trace: operator, setup, recorder, eval and report spans under the run's trace id.
-    root = traceparent_from_annotations(run["metadata"].get("annotations"))
+    root = run_traceparent(run["metadata"])
     assert root is not None
     spans = collect_spans(store, layout)
     assert {s["trace_id"] for s in spans} == {root.trace_id}
