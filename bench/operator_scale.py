@@ -221,8 +221,8 @@ def main() -> int:
     plain_calls = api_requests(admin) - before
     op_ns = new_namespace(core, "operator")
     # The plain client's Secrets hold the operator's keys (no store user per run): the same here.
-    args_ = ["-n", op_ns, "--store-uri", STORE_URI, "--no-scoped-store-credentials"]
-    proc = OperatorProcess(kubeconfig, work / "operator.log", args_, port=free_port())
+    operator_args = ["-n", op_ns, "--store-uri", STORE_URI, "--no-scoped-store-credentials"]
+    proc = OperatorProcess(kubeconfig, work / "operator.log", operator_args, port=free_port())
     proc.start()
     try:
         before = api_requests(admin)

@@ -231,8 +231,9 @@ def write_first_status(kube: Kube, config: OperatorConfig, run: Body, new_job: B
     """`first_changes`, with `run` as the first read; the new Job's state is marked seen, so its
     watch event (the same state) reads and writes nothing more."""
     meta = run["metadata"]
-    job_uid = (new_job or {}).get("metadata", {}).get("uid")
-    if new_job is not None and job_uid:
+    job_uid = None
+    if new_job is not None:  # as the API server created it: it has its uid
+        job_uid = new_job["metadata"]["uid"]
         _SEEN.is_new(job_uid, job_fingerprint(new_job))
     changes = first_changes(config, new_job, (run.get("spec") or {}).get("queueName"))
     try:

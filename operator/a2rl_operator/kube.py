@@ -108,8 +108,9 @@ def collection_path(api_version: str, namespace: str, plural: str) -> str:
     return f"{root}/namespaces/{namespace}/{plural}"
 
 
-def run_path(namespace: str, name: str) -> str:
-    return f"{collection_path(f'{API_GROUP}/{API_VERSION}', namespace, BENCHRUN_PLURAL)}/{name}"
+def custom_path(namespace: str, plural: str, name: str) -> str:
+    """The URL path of one of our custom objects (`plural` of the a2rl API group)."""
+    return f"{collection_path(f'{API_GROUP}/{API_VERSION}', namespace, plural)}/{name}"
 
 
 class Kube:
@@ -122,10 +123,9 @@ class Kube:
         self.api = api
         #: Namespaces being deleted: no status writes, no Events, no reconciling there.
         self.terminating = terminating if terminating is not None else TerminatingNamespaces()
+        # The generated client, for the calls off the hot path (Job pods and their logs, lists of
+        # our objects, campaigns' BenchRuns, Kueue's Workloads).
         self.core = client.CoreV1Api(api)
-        self.batch = client.BatchV1Api(api)
-        self.rbac = client.RbacAuthorizationV1Api(api)
-        self.net = client.NetworkingV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
     def _call(
@@ -209,8 +209,7 @@ class Kube:
 
     def get_custom(self, plural: str, namespace: str, name: str) -> Obj | None:
         """One of our custom objects (`plural` of the a2rl API group); None when it is gone."""
-        path = f"{collection_path(f'{API_GROUP}/{API_VERSION}', namespace, plural)}/{name}"
-        return none_if_missing(lambda: self._json("GET", path))
+        return none_if_missing(lambda: self._json("GET", custom_path(namespace, plural, name)))
 
     def get_run(self, namespace: str, name: str) -> Obj | None:
         return self.get_custom(BENCHRUN_PLURAL, namespace, name)
@@ -231,7 +230,8 @@ class Kube:
 
     def patch_run(self, namespace: str, name: str, patch: Obj) -> Obj:
         """Merge-patch the BenchRun itself (metadata only: annotations); returns it as patched."""
-        return self._json("PATCH", run_path(namespace, name), patch, content_type=MERGE_PATCH)
+        path = custom_path(namespace, BENCHRUN_PLURAL, name)
+        return self._json("PATCH", path, patch, content_type=MERGE_PATCH)
 
     # --- events ---------------------------------------------------------------------------
 
@@ -291,9 +291,8 @@ class Kube:
                              "resourceVersion": obj["metadata"]["resourceVersion"]},
                 "status": status,
             }  # fmt: skip
-            path = f"{collection_path(f'{API_GROUP}/{API_VERSION}', namespace, plural)}/{name}/status"
             try:
-                self._call("PUT", path, body)
+                self._call("PUT", f"{custom_path(namespace, plural, name)}/status", body)
                 return status
             except ApiException as exc:
                 if exc.status == 404:
