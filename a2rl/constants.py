@@ -146,7 +146,12 @@ BASELINE_INDEX: Final = 0
 # --- recorder tuning (optional; defaults in a2rl_recorder.config) ------------------------------
 ENV_MAX_MODEL_BYTES: Final = "A2RL_MAX_MODEL_BYTES"  # submit size limit (default 50 GiB)
 ENV_MAX_RUN_STORED_BYTES: Final = "A2RL_MAX_RUN_STORED_BYTES"  # new blob bytes per run (200 GiB; 0: no cap)
-ENV_RECORDER_DRAIN_TIMEOUT: Final = "A2RL_RECORDER_DRAIN_TIMEOUT"  # s to finish an in-flight eval on SIGTERM
+ENV_RECORDER_DRAIN_TIMEOUT: Final = "A2RL_RECORDER_DRAIN_TIMEOUT"  # s from SIGTERM to everything stored
+#: What the recorder may take past its drain deadline (a cancel, stopping the spool's flusher,
+#: the HTTP shutdown): the workspace pod's grace covers the drain timeout and this.
+RECORDER_DRAIN_MARGIN_S: Final = 15
+#: Where the recorder writes its drain's outcome (a pod: the container's termination message).
+ENV_TERMINATION_MESSAGE_PATH: Final = "A2RL_TERMINATION_MESSAGE_PATH"
 ENV_CODE_POLL_INTERVAL: Final = "A2RL_CODE_POLL_INTERVAL"  # s between looks at code/
 ENV_CODE_DEBOUNCE: Final = "A2RL_CODE_DEBOUNCE"  # s code/ must stay unchanged before a revision
 ENV_CODE_MAX_FILE_BYTES: Final = "A2RL_CODE_MAX_FILE_BYTES"  # larger files in code/ are not snapshotted

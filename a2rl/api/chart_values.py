@@ -245,10 +245,11 @@ class RecorderValues(ApiModel):
         "train data, baseline submission); it needs the ML stack: the grader image.",
     )
     drain_timeout_seconds: Seconds = Field(
-        default=600,
+        default=60,
         ge=1,
-        description="`A2RL_RECORDER_DRAIN_TIMEOUT` of each recorder; the workspace pod's termination "
-        "grace is `graceSeconds` + 2 x this + 90 s.",
+        description="`A2RL_RECORDER_DRAIN_TIMEOUT` of each recorder: from its SIGTERM to everything "
+        "recorded in the store (seconds with the store up; how long a store outage at the run's end "
+        "may last). The workspace pod's termination grace is `graceSeconds` + this + 15 s.",
     )
 
 

@@ -66,8 +66,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--recorder-drain-timeout",
         type=int,
-        help="A2RL_RECORDER_DRAIN_TIMEOUT of each recorder sidecar; sizes the pod's termination grace "
-        "(default 600)",
+        help="A2RL_RECORDER_DRAIN_TIMEOUT of each recorder sidecar: from its SIGTERM to everything "
+        "stored; the pod's termination grace is graceSeconds + this + 15 s (default 60)",
     )
     p.add_argument(
         "--no-scoped-store-credentials",

@@ -34,9 +34,11 @@ DEFAULT_SETUP_IMAGE = "ghcr.io/a2rl/grader:0.1.0"
 # recorder start-up, workspace staging and the final flush of the recorder.
 DEFAULT_SETUP_ALLOWANCE_S = 600
 DEFAULT_WORKSPACE_SIZE = "20Gi"
-# The recorder's drain on SIGTERM (in-flight submission, final code revision, spool), bounded by
-# `A2RL_RECORDER_DRAIN_TIMEOUT` per step; the pod's termination grace period is sized from it.
-DEFAULT_RECORDER_DRAIN_TIMEOUT_S = 600
+# The recorder's drain on SIGTERM (submissions in flight recorded, final code revision, spool),
+# one deadline `A2RL_RECORDER_DRAIN_TIMEOUT`; the pod's termination grace period is sized from
+# it. With the store up the drain takes seconds; this is how long a store outage at the run's
+# end may last before what is spooled is lost (the recorder's termination message says so).
+DEFAULT_RECORDER_DRAIN_TIMEOUT_S = 60
 DNS_LABEL_RE = re.compile(DNS_LABEL)
 
 

@@ -1,9 +1,9 @@
 """Running the recorder as a process: `serve(config)` until SIGTERM/SIGINT, then drain.
 
-Shutdown order: stop accepting submissions (503) → wait for the submission in flight, bounded
-by `drain_timeout_s` (then its eval process is killed) → flush a final code revision → wait for
-the spool to reach the store (what an unreachable store kept back; bounded by the drain timeout
-too) → stop the HTTP server → return 0. `/health` and `/time` keep answering while draining.
+Shutdown: the drain (`a2rl_recorder.drain`: submissions closed, those in flight finished or
+cancelled, a final code revision, the spool to the store, all within `drain_timeout_s` of the
+signal) → its outcome logged and written to the termination message → stop the HTTP server →
+return 0. `/health` and `/time` keep answering while draining.
 
 The store is always wrapped in a `SpoolingStore`; the dispatcher is `LocalDispatcher` (an eval
 process) or `ClusterDispatcher` (a BenchSubmission), per `config.dispatch`.
@@ -30,6 +30,7 @@ from a2rl.workspace import update_run_meta
 from a2rl_recorder.clock import recorded_run_start
 from a2rl_recorder.config import RecorderConfig
 from a2rl_recorder.dispatch import EvaluationDispatcher, LocalDispatcher
+from a2rl_recorder.drain import drain, write_termination_message
 from a2rl_recorder.server import RecorderHTTPServer, RecorderUnixServer
 from a2rl_recorder.service import Recorder
 from a2rl_recorder.snapshots import CodeWatcher
@@ -145,25 +146,13 @@ def serve(
     try:
         stop.wait()
     finally:
-        log.info("recorder stopping: closing submissions, draining")
+        log.info("recorder stopping: closing submissions, draining (at most %.0f s)", config.drain_timeout_s)
         drain_start_ns = time.time_ns()
-        recorder.close_submissions()
-        if not recorder.wait_idle(config.drain_timeout_s):
-            log.warning("drain timeout (%.0f s): cancelling the evaluation in flight", config.drain_timeout_s)
-            cancel = getattr(dispatcher, "cancel", None)
-            if cancel is not None:
-                cancel()
-            recorder.wait_idle(30.0)
-        try:
-            watcher.stop(final=True)
-        except Exception:
-            log.exception("final code snapshot failed")
-        if not spool.close(config.drain_timeout_s):
-            log.error(
-                "the store stayed unreachable: %d object(s) left in %s", spool.pending(), spool.spool_dir
-            )
-        with tracing.span("recorder_drain", start_time_ns=drain_start_ns):
-            pass  # from SIGTERM to everything recorded: in-flight evaluation, final code, spool
+        outcome = drain(recorder, dispatcher, watcher, spool, config.drain_timeout_s)
+        write_termination_message(config.termination_message_path, outcome)
+        attrs = {"a2rl.drain.complete": outcome.complete, "a2rl.drain.spool_left": outcome.spool_left}
+        with tracing.span("recorder_drain", attrs, start_time_ns=drain_start_ns):
+            pass  # from SIGTERM to everything recorded: submissions in flight, final code, spool
         for srv in servers:
             srv.shutdown()
             srv.server_close()  # the Unix socket's file goes with it

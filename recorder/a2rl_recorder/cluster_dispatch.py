@@ -255,6 +255,7 @@ class ClusterDispatcher:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self._cancelled = threading.Event()
+        self._ending = threading.Event()  # set by cancel() too: it ends every wait for a result
         self._terminal: dict[int, ResultRecord] = {}  # terminal results never change
         self._lock = threading.Lock()
 
@@ -365,7 +366,7 @@ class ClusterDispatcher:
                 return ResultRecord.failure(
                     index, self.task, f"no evaluation result for {name} within {self.timeout_s:.0f} s"
                 )
-            if self._cancelled.wait(self.poll_s):
+            if self._ending.wait(self.poll_s):
                 return ResultRecord.failure(
                     index,
                     self.task,
@@ -390,6 +391,12 @@ class ClusterDispatcher:
                 self._terminal[index] = result
         return result
 
+    def stop_waiting(self) -> None:
+        """The run is ending (the recorder's drain): a submission returns once its BenchSubmission
+        exists; its evaluation goes on in the cluster and the operator records the score."""
+        self._ending.set()
+
     def cancel(self) -> None:
-        """Stop waiting (shutdown after the drain timeout); the evaluations go on in the cluster."""
+        """Give up (the drain's deadline): creates are not retried any more, waits end."""
         self._cancelled.set()
+        self._ending.set()

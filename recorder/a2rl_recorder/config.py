@@ -55,6 +55,8 @@ class RecorderConfig:
     run_namespace: str | None = None
     run_uid: str | None = None
     spool_dir: Path | None = None  # None: $TMPDIR/a2rl-spool/<run prefix>
+    #: Where the drain's outcome is written (a pod: the container's termination message); None: nowhere.
+    termination_message_path: Path | None = None
     store_retry_timeout_s: float = DEFAULT_STORE_RETRY_TIMEOUT_S
     #: Local mode: the run's integrity key (results are sealed and checked with it); it comes
     #: through stdin (`A2RL_RUN_KEY_SOURCE=stdin`), never the environment. None: no checks.
@@ -113,6 +115,7 @@ class RecorderConfig:
             run_namespace=e.get(c.ENV_RUN_NAMESPACE) or None,
             run_uid=e.get(c.ENV_RUN_UID) or None,
             spool_dir=Path(spool).expanduser().absolute() if spool else None,
+            termination_message_path=Path(term) if (term := e.get(c.ENV_TERMINATION_MESSAGE_PATH)) else None,
             store_retry_timeout_s=_num(e, c.ENV_STORE_RETRY_TIMEOUT, float, DEFAULT_STORE_RETRY_TIMEOUT_S),
             run_start_given=bool((e.get(c.ENV_RUN_START) or "").strip()),
         )

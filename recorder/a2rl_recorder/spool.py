@@ -309,8 +309,9 @@ class SpoolingStore(ObjectStore):
         with self._cond:
             return self._store_down
 
-    def close(self, timeout: float) -> bool:
-        """Flush for up to `timeout` s, then stop the flusher. True when the spool is empty.
+    def close(self, timeout: float, join_s: float | None = None) -> bool:
+        """Flush for up to `timeout` s, then stop the flusher, waiting for it at most `join_s`
+        (default: one backoff and 5 s). True when the spool is empty.
 
         What is still spooled stays on disk; a recorder started on the same spool directory
         uploads it.
@@ -321,7 +322,7 @@ class SpoolingStore(ObjectStore):
             self._cond.notify_all()
             thread = self._thread
         if thread is not None:
-            thread.join(self.max_backoff_s + 5)
+            thread.join(self.max_backoff_s + 5 if join_s is None else join_s)
         if not flushed:
             log.error("spool: %d object(s) not uploaded; they stay in %s", self.pending(), self.spool_dir)
         return flushed

@@ -105,8 +105,8 @@ LAST_WORDS_TAIL_BYTES = 64 * 1024
 EXIT_FAILED = 1
 EXIT_NO_IMPROVEMENT = 3
 EXIT_INTERRUPTED = 130
-#: The recorder bounds its own drain of in-flight evaluations (A2RL_RECORDER_DRAIN_TIMEOUT, default
-#: 1800 s); the runner kills it only if it overruns that by this margin.
+#: The recorder bounds its own drain with one deadline (A2RL_RECORDER_DRAIN_TIMEOUT, default 1800 s:
+#: an evaluation in flight runs here); the runner kills it only if it overruns that by this margin.
 RECORDER_DRAIN_DEFAULT_S = 1800.0
 RECORDER_STOP_MARGIN_S = 120.0
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -27,6 +27,7 @@ from a2rl.constants import (
     ENV_TRACEPARENT,
     FINALIZER,
     LABEL_RUN_UID,
+    RECORDER_DRAIN_MARGIN_S,
 )
 from a2rl.tracing.context import run_traceparent
 from tests.support.operator_install import OperatorProcess
@@ -43,7 +44,7 @@ from tests.support.pss import restricted_violations
 pytestmark = [pytest.mark.cluster, pytest.mark.minio]
 
 SETUP_ALLOWANCE_S = 2  # the Job deadline is budget + grace + this; small so the deadline test is quick
-RECORDER_DRAIN_TIMEOUT_S = 1  # the deadline adds the recorder's drain budget (2 x this + 90 s) too
+RECORDER_DRAIN_TIMEOUT_S = 1  # the deadline adds the recorder's drain budget (this + its margin) too
 FINALIZER_TIMEOUT_S = 12  # how long retention may hold a deleted run (small: the bound is tested)
 STORE_BUCKET, STORE_PREFIX = "a2rl-e2e", "runs"
 DIFFBASE_ANNOTATION = f"{API_GROUP}/last-handled-configuration"
@@ -242,7 +243,7 @@ def test_benchrun_creates_owned_sandboxed_children_and_succeeds(
     # The pod's time and storage bounds as the API server stored (and PodSecurity admitted) them.
     probe = agent.liveness_probe
     assert (probe.initial_delay_seconds, probe.termination_grace_period_seconds) == (3600, 5)
-    assert pod.spec.termination_grace_period_seconds == 5 + 2 * RECORDER_DRAIN_TIMEOUT_S + 90
+    assert pod.spec.termination_grace_period_seconds == 5 + RECORDER_DRAIN_TIMEOUT_S + RECORDER_DRAIN_MARGIN_S
     for c in [*pod.spec.init_containers, *pod.spec.containers]:
         assert c.resources.requests["ephemeral-storage"] == c.resources.limits["ephemeral-storage"]
     assert all(v.empty_dir.size_limit for v in pod.spec.volumes if v.empty_dir is not None)
@@ -256,7 +257,7 @@ def test_benchrun_creates_owned_sandboxed_children_and_succeeds(
     assert renv[ENV_TRACEPARENT] == str(tp)
     assert ENV_TRACEPARENT not in {e.name for e in agent.env or []}
     job = kids["Job"][0]
-    drain = 2 * RECORDER_DRAIN_TIMEOUT_S + 90
+    drain = RECORDER_DRAIN_TIMEOUT_S + RECORDER_DRAIN_MARGIN_S
     assert job.spec.active_deadline_seconds == 3600 + 5 + SETUP_ALLOWANCE_S + drain
     assert run["status"]["phase"] == "Running" and run["status"]["startTime"]
     assert run["metadata"]["finalizers"] == [FINALIZER]

@@ -23,7 +23,7 @@ from kubernetes import client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from a2rl.constants import BENCHRUN_KIND, LABEL_RUN_UID, LABEL_SUBMISSION_INDEX
+from a2rl.constants import BENCHRUN_KIND, LABEL_RUN_UID, LABEL_SUBMISSION_INDEX, RECORDER_DRAIN_MARGIN_S
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import TreeManifest, hash_tree, restore_tree
 from a2rl.store.layout import RunLayout
@@ -190,6 +190,63 @@ def test_sigterm_flushes_the_last_code_revision_even_through_a_store_outage(
     restore_tree(store, layout, TreeManifest.from_json(revision["tree"]), tmp_path / "code-restored")
     assert same_tree(tmp_path / "code-restored", ws / "code")
     assert not list((tmp_path / "spool").iterdir())
+
+
+def test_sigterm_mid_evaluation_ends_once_the_submission_is_recorded_and_says_so(
+    crun: ClusterRun, tmp_path: Path, recorders: list[RecorderProc]
+) -> None:
+    """The evaluation goes on in the cluster (the operator records its score), so the drain does
+    not wait for it: seconds, not the drain timeout (90 s here) nor the eval's own (300 s)."""
+    ws = make_workspace(tmp_path)
+    write_model(ws / "output" / "v1", os.urandom(1 << 20))
+    crun.create_baseline(score=10.0)
+    message = tmp_path / "termination-log"
+    rec = start_recorder(crun, tmp_path, recorders, A2RL_TERMINATION_MESSAGE_PATH=str(message))
+    thread, out = submit_in_background(rec, "output/v1")
+    crun.wait_submission(1)
+    started = time.monotonic()
+    assert rec.terminate(timeout=60) == 0
+    drained_s = time.monotonic() - started
+    thread.join(10)
+    print(f"drain with an evaluation in flight: {drained_s:.1f} s; {message.read_text().strip()!r}")
+    assert drained_s < 15
+    assert out["status"] == 200 and out["body"]["score"] is None
+    assert "the run is ending" in out["body"]["error"]
+    text = message.read_text()
+    assert text.startswith("drained in ") and "everything recorded is in the store" in text
+    # Its record is whole and the object stays for the operator to evaluate.
+    assert crun.get_submission(1) is not None
+    manifest = crun.store().get_json(crun.layout.submission_manifest(1))
+    assert missing_blobs(crun.store(), crun.layout, manifest["model"]) == []
+
+
+def test_a_drain_the_store_outlasts_ends_at_its_deadline_and_says_what_was_lost(
+    crun: ClusterRun, tmp_path: Path, recorders: list[RecorderProc], minio: Any
+) -> None:
+    """One deadline for the whole drain (8 s here) plus the margin the pod's grace includes; the
+    termination message counts what stayed in the spool."""
+    ws = make_workspace(tmp_path)
+    (ws / "code" / "train.py").write_text("lr = 1e-4\n")
+    message = tmp_path / "termination-log"
+    rec = start_recorder(
+        crun, tmp_path, recorders, A2RL_RECORDER_DRAIN_TIMEOUT="8", A2RL_TERMINATION_MESSAGE_PATH=str(message)
+    )
+    assert rec.get("/health")[0] == 200
+    minio.stop()
+    try:
+        (ws / "code" / "train.py").write_text("lr = 3e-5  # the agent's last edit\n")
+        started = time.monotonic()
+        code = rec.terminate(timeout=60)
+        drained_s = time.monotonic() - started
+    finally:
+        minio.start()
+    text = message.read_text()
+    print(f"drain through an outage: {drained_s:.1f} s; {text.strip()!r}")
+    assert code == 0
+    assert 8 <= drained_s < 8 + RECORDER_DRAIN_MARGIN_S
+    assert text.startswith("drain cut after ") and "never reached the store (left in the spool)" in text
+    left = int(text.split(": ", 1)[1].split()[0])
+    assert left == len(list((tmp_path / "spool").glob("*.json"))) >= 1
 
 
 def test_minio_down_for_30s_during_a_submission_loses_nothing(

@@ -14,14 +14,22 @@ import uuid
 import pytest
 from kubernetes import client
 
-from a2rl.constants import API_GROUP, API_VERSION, BENCHSUBMISSION_PLURAL
+from a2rl.constants import (
+    API_GROUP,
+    API_VERSION,
+    BENCHSUBMISSION_PLURAL,
+    COMPONENT_AGENT,
+    LABEL_COMPONENT,
+    LABEL_RUN_UID,
+    RECORDER_DRAIN_MARGIN_S,
+)
 from a2rl.store.base import ObjectStore
 from tests.node.conftest import RELEASE_NS, RealCluster, _log, follow, operator_pod, run_images
 from tests.support.grading_support import create_run, layout_of
 from tests.support.helm import Helm
 from tests.support.operator_support import RESTRICTED
 from tests.testenv.controlplane import wait_for
-from tests.testenv.node_install import image_ref
+from tests.testenv.node_install import RECORDER_DRAIN_S, image_ref
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -87,6 +95,17 @@ def test_a_benchrun_runs_in_real_containers_to_a_graded_report(
     st = run["status"]
     kinds = run_images(real_cluster, ns, uid)
     assert {image_ref("agent-baselines"), image_ref("recorder"), image_ref("grader")} <= kinds
+
+    # The recorder's drain told its outcome: the container's termination message, in seconds.
+    selector = f"{LABEL_RUN_UID}={uid},{LABEL_COMPONENT}={COMPONENT_AGENT}"
+    (pod,) = core.list_namespaced_pod(ns, label_selector=selector).items
+    assert pod.spec.termination_grace_period_seconds == 15 + RECORDER_DRAIN_S + RECORDER_DRAIN_MARGIN_S
+    (recorder,) = [c for c in pod.status.init_container_statuses if c.name == "recorder"]
+    ended = recorder.state.terminated
+    _log(f"[real node] {name}: recorder exit {ended.exit_code}: {ended.message!r}")
+    assert ended.exit_code == 0 and ended.message.startswith("drained in "), ended
+    assert "everything recorded is in the store" in ended.message
+    assert float(ended.message.split()[2]) < RECORDER_DRAIN_S
 
     subs = custom.list_namespaced_custom_object(API_GROUP, API_VERSION, ns, BENCHSUBMISSION_PLURAL)["items"]
     scores = {s["spec"]["index"]: (s.get("status") or {}).get("score") for s in subs}

@@ -12,7 +12,7 @@ run left something: the store (code snapshots, logs, calls, report) and every po
 BenchRun is deleted: its gateway pod, still serving, goes at once (its PID 1 handles SIGTERM).
 
 A second run is deleted while the stack runs a long step: its pods go in seconds, not at the end of
-the workspace pod's grace (160 s here, over 1,300 s with the default drain), because the agent
+the workspace pod's grace (55 s here, 85 s with the default drain), because the agent
 container's PID 1 is the launcher, which passes SIGTERM on to the stack (`a2rl.contracts.pid1`).
 """
 
@@ -193,6 +193,6 @@ def test_a_running_stack_run_deleted_takes_its_pods_in_seconds(
         pods_s = time.monotonic() - started
     _log(f"[real node] {name} deleted mid-step: BenchRun gone in {run_s:.1f}s, its pods in {pods_s:.1f}s "
          f"(workspace pod grace {grace}s)")  # fmt: skip
-    # The grace (graceSeconds + 2 x the chart's 30 s drain + 90 here; 1,300 s and more with the
-    # default drain) is what a PID 1 deaf to SIGTERM would hold the pod for.
+    # The grace (graceSeconds + the tier's 30 s drain + its 15 s margin here) is what a PID 1 deaf
+    # to SIGTERM would hold the pod for.
     assert pods_s < min(60, grace / 2)

@@ -15,6 +15,8 @@ from tests.testenv.node import NODE_LABEL
 
 STORAGE_CLASS = "a2rl-local"
 STORE_SECRET = "a2rl-store"
+#: The recorders' drain timeout in the tier's install (the chart's default is 60 s).
+RECORDER_DRAIN_S = 30
 REGISTRY, TAG = "ghcr.io/a2rl", "0.1.0"
 #: The images a BenchRun of the reference agents runs on the node (`make node-images` builds them,
 #: their bases and STACK_IMAGES).
@@ -90,7 +92,7 @@ def chart_values(store_uri: str, minio_port: int, apiserver_port: int, *, pin: b
         "recorder": {
             "image": image_ref("recorder"),
             "setupImage": image_ref("grader"),
-            "drainTimeoutSeconds": 30,
+            "drainTimeoutSeconds": RECORDER_DRAIN_S,
         },
         "workspace": {"size": "1Gi", "storageClass": STORAGE_CLASS, "setupAllowanceSeconds": 300},
     }

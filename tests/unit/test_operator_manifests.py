@@ -198,10 +198,10 @@ def test_kueue_queue_label_and_suspend() -> None:
 def test_deadline_is_budget_plus_grace_plus_setup_allowance_plus_the_recorders_drain() -> None:
     """The Job deadline is a backstop behind the agent's own stop and the recorder's whole drain."""
     job = workspace_job(benchrun(), parse_spec(benchrun()), CONFIG)
-    drain = 2 * 600 + 90  # A2RL_RECORDER_DRAIN_TIMEOUT twice (in-flight submission, spool) + margin
+    drain = 60 + 15  # A2RL_RECORDER_DRAIN_TIMEOUT (one deadline) + the margin after it
     assert job["spec"]["activeDeadlineSeconds"] == 3600 + 30 + 600 + drain
     quick = OperatorConfig(setup_allowance_s=0, recorder_drain_timeout_s=10)
-    assert active_deadline_seconds(parse_spec(benchrun()), quick) == 3630 + 110
+    assert active_deadline_seconds(parse_spec(benchrun()), quick) == 3630 + 25
     assert job["spec"]["backoffLimit"] == 0
     assert "ttlSecondsAfterFinished" not in job["spec"]
 

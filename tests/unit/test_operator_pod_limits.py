@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from a2rl_operator import status as st
@@ -45,8 +46,8 @@ def benchrun(**spec: Any) -> dict[str, Any]:
     }
 
 
-def pod_spec(run: dict[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = workspace_job(run, parse_spec(run), CONFIG)["spec"]["template"]["spec"]
+def pod_spec(run: dict[str, Any], config: OperatorConfig = CONFIG) -> dict[str, Any]:
+    spec: dict[str, Any] = workspace_job(run, parse_spec(run), config)["spec"]["template"]["spec"]
     return spec
 
 
@@ -73,9 +74,12 @@ def test_the_kubelet_stops_the_agent_at_its_budget_with_the_budgets_grace() -> N
 
 
 def test_the_pods_grace_covers_the_agents_grace_and_the_recorders_drain() -> None:
+    """One drain deadline (the recorder's) and its margin: nothing doubled, no per-step allowance.
+    The recorder is told that deadline and where its outcome goes (the termination message)."""
     pod = pod_spec(benchrun())
-    drain = 2 * 300 + 90
-    assert pod["terminationGracePeriodSeconds"] == 45 + drain
+    assert pod["terminationGracePeriodSeconds"] == 45 + 300 + 15
+    default = pod_spec(benchrun(), OperatorConfig(store_uri="s3://runs/a2rl"))
+    assert default["terminationGracePeriodSeconds"] == 45 + 60 + 15  # namespace deletion waits half
     recorder = by_name(pod)["recorder"]
     assert recorder["restartPolicy"] == "Always"
     env = {e["name"]: e["value"] for e in recorder["env"] if "value" in e}
@@ -83,6 +87,8 @@ def test_the_pods_grace_covers_the_agents_grace_and_the_recorders_drain() -> Non
     assert ENV_RUN_START not in env  # the clock's start is the run's record (a2rl_recorder.clock)
     config = RecorderConfig.from_env(env)
     assert config.drain_timeout_s == 300 and not config.run_start_given
+    assert recorder["terminationMessagePath"] == "/dev/termination-log"
+    assert config.termination_message_path == Path(recorder["terminationMessagePath"])
 
 
 def test_only_the_setup_and_recorder_get_a_token_short_lived_and_bound_to_the_pod() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from a2rl_recorder.app import serve
+from a2rl_recorder.drain import CANCEL_WAIT_S, DrainOutcome
 
 from a2rl.errors import A2rlError
 from a2rl.launch import a2rl_argv
@@ -177,6 +178,69 @@ def test_drain_timeout_cancels(tmp_path: Path) -> None:
     r.thread.join(20)
     t.join(10)
     assert cancelled.is_set() and r.exit_code == 0
+
+
+def test_the_drain_is_one_deadline_and_its_outcome_is_the_termination_message(tmp_path: Path) -> None:
+    """An evaluation that ignores everything (no cancel) still cannot hold the drain past its
+    deadline + the cancel wait; what was cut is written where the pod's termination message is."""
+    message = tmp_path / "termination-log"
+    r = Running(tmp_path, drain_timeout_s=0.5, termination_message_path=message)
+    r.dispatcher.release.clear()
+    r.thread.start()
+    assert r.ready.wait(10)
+    make_model(r.ws / "output" / "v1")
+    t = threading.Thread(target=lambda: r.submit("output/v1"), daemon=True)
+    t.start()
+    assert r.dispatcher.started.wait(10)
+    started = time.monotonic()
+    r.stop.set()
+    r.thread.join(30)
+    elapsed = time.monotonic() - started
+    r.dispatcher.release.set()
+    t.join(10)
+    assert r.exit_code == 0 and 0.5 <= elapsed < 0.5 + CANCEL_WAIT_S + 2
+    text = message.read_text()
+    assert text.startswith("drain cut after ") and "submissions in flight were cut at the deadline" in text
+
+
+def test_a_dispatcher_told_the_run_is_ending_lets_the_drain_end_at_once(tmp_path: Path) -> None:
+    """Cluster mode: the drain tells the dispatcher first (its evaluations go on in the cluster)."""
+    message = tmp_path / "termination-log"
+    r = Running(tmp_path, drain_timeout_s=60, termination_message_path=message)
+    r.dispatcher.release.clear()
+    told: list[float] = []
+
+    def stop_waiting() -> None:
+        told.append(time.monotonic())
+        r.dispatcher.release.set()
+
+    r.dispatcher.stop_waiting = stop_waiting  # type: ignore[attr-defined]
+    r.thread.start()
+    assert r.ready.wait(10)
+    make_model(r.ws / "output" / "v1")
+    t = threading.Thread(target=lambda: r.submit("output/v1"), daemon=True)
+    t.start()
+    assert r.dispatcher.started.wait(10)
+    started = time.monotonic()
+    r.stop.set()
+    r.thread.join(30)
+    t.join(10)
+    assert r.exit_code == 0 and len(told) == 1 and time.monotonic() - started < 10
+    assert message.read_text().startswith("drained in ")
+
+
+@pytest.mark.parametrize(
+    ("outcome", "text"),
+    [
+        (DrainOutcome(1.234, False, 0), "drained in 1.2 s: everything recorded is in the store"),
+        (DrainOutcome(60.0, False, 3), "drain cut after 60.0 s: 3 object(s) never reached the store "
+                                       "(left in the spool)"),
+        (DrainOutcome(61.0, True, 0), "drain cut after 61.0 s: submissions in flight were cut at the "
+                                      "deadline"),
+    ],
+)  # fmt: skip
+def test_drain_outcome_messages(outcome: DrainOutcome, text: str) -> None:
+    assert outcome.message() == text and outcome.complete is (text.startswith("drained"))
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")

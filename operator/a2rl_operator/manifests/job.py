@@ -32,6 +32,8 @@ from a2rl.constants import (
     ENV_RECORDER_DISPATCH,
     ENV_RECORDER_DRAIN_TIMEOUT,
     ENV_SPOOL_DIR,
+    ENV_TERMINATION_MESSAGE_PATH,
+    RECORDER_DRAIN_MARGIN_S,
     WORKSPACE_MOUNT,
 )
 from a2rl.contracts.env import agent_contract_env, agent_cwd, cpu_thread_env, recorder_contract_env
@@ -68,6 +70,9 @@ TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 # own, so spooled snapshots survive a recorder restart in the pod but never enter the workspace.
 SPOOL_VOLUME = "recorder-spool"
 SPOOL_MOUNT = "/var/run/a2rl/spool"
+# The kubelet's default `terminationMessagePath`, named on the recorder so its drain's outcome
+# (`a2rl_recorder.drain`) is the container's termination message.
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 # Scratch space of the set-up container (model cache, downloaded train data before the copy).
 SETUP_SCRATCH_VOLUME = "setup-scratch"
 SETUP_SCRATCH_MOUNT = "/tmp"
@@ -107,7 +112,8 @@ def agent_env(body: Body, spec: BenchRunSpec) -> list[Manifest]:
 
 def recorder_env(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> list[Manifest]:
     """The recorder's contract (as in local mode), then what only a pod has: cluster dispatch, the
-    spool volume, the drain timeout the pod's grace period is sized for, the run's trace context.
+    spool volume, the drain timeout the pod's grace period is sized for, where the drain's outcome
+    goes, the run's trace context.
     No `A2RL_RUN_START`: the recorder keeps the clock's start in the store (`a2rl_recorder.clock`)."""
     meta = body["metadata"]
     layout = RunLayout(meta["namespace"], meta["name"], meta["uid"])
@@ -117,6 +123,7 @@ def recorder_env(body: Body, spec: BenchRunSpec, config: OperatorConfig) -> list
     values[ENV_RECORDER_DISPATCH] = DISPATCH_CLUSTER  # submissions become BenchSubmissions
     values[ENV_SPOOL_DIR] = SPOOL_MOUNT
     values[ENV_RECORDER_DRAIN_TIMEOUT] = str(config.recorder_drain_timeout_s)
+    values[ENV_TERMINATION_MESSAGE_PATH] = TERMINATION_MESSAGE_PATH  # the drain's outcome
     # The run's trace context goes to the recorder only: the agent never sees it (as in local mode).
     return env_list(values) + pod_trace_env(meta)
 
@@ -229,6 +236,7 @@ def recorder_container(body: Body, spec: BenchRunSpec, config: OperatorConfig) -
         # Native sidecar: starts before the agent, runs beside it, stops after it.
         "restartPolicy": "Always",
         "command": ["a2rl", "recorder", "serve"],
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "env": recorder_env(body, spec, config),
         "envFrom": store_env_from(body, spec),
         "resources": guaranteed(
@@ -274,10 +282,10 @@ def token_volume() -> Manifest:
 
 
 def recorder_drain_budget_s(config: OperatorConfig) -> int:
-    """The longest the recorder's drain can take after its SIGTERM: the submission in flight
-    (drain timeout, then 30 s after its cancel), the final code revision, then the spool (drain
-    timeout again); a minute of margin for the final snapshot and the HTTP shutdown."""
-    return 2 * config.recorder_drain_timeout_s + 30 + 60
+    """The longest the recorder's drain can take after its SIGTERM (`a2rl_recorder.drain`): one
+    deadline for the submissions in flight (recorded, not scored: the evaluations go on in the
+    cluster), the final code revision and the spool, and the margin for what follows it."""
+    return config.recorder_drain_timeout_s + RECORDER_DRAIN_MARGIN_S
 
 
 def termination_grace_period_s(spec: BenchRunSpec, config: OperatorConfig) -> int:
