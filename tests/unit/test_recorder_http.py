@@ -180,12 +180,9 @@ def test_drain_timeout_cancels(tmp_path: Path) -> None:
     assert cancelled.is_set() and r.exit_code == 0
 
 
-def test_the_drain_is_one_deadline_and_its_outcome_is_the_termination_message(tmp_path: Path) -> None:
-    """An evaluation that ignores everything (no cancel) still cannot hold the drain past its
-    deadline + the cancel wait; what was cut is written where the pod's termination message is."""
-    message = tmp_path / "termination-log"
-    r = Running(tmp_path, drain_timeout_s=0.5, termination_message_path=message)
-    r.dispatcher.release.clear()
+def stop_mid_evaluation(r: Running) -> tuple[threading.Thread, float]:
+    """Start `r`, submit in the background, stop once the evaluation started; the submitting
+    thread and the seconds `serve` took to return after the stop."""
     r.thread.start()
     assert r.ready.wait(10)
     make_model(r.ws / "output" / "v1")
@@ -195,7 +192,16 @@ def test_the_drain_is_one_deadline_and_its_outcome_is_the_termination_message(tm
     started = time.monotonic()
     r.stop.set()
     r.thread.join(30)
-    elapsed = time.monotonic() - started
+    return t, time.monotonic() - started
+
+
+def test_the_drain_is_one_deadline_and_its_outcome_is_the_termination_message(tmp_path: Path) -> None:
+    """An evaluation that ignores everything (no cancel) still cannot hold the drain past its
+    deadline + the cancel wait; what was cut is written where the pod's termination message is."""
+    message = tmp_path / "termination-log"
+    r = Running(tmp_path, drain_timeout_s=0.5, termination_message_path=message)
+    r.dispatcher.release.clear()
+    t, elapsed = stop_mid_evaluation(r)
     r.dispatcher.release.set()
     t.join(10)
     assert r.exit_code == 0 and 0.5 <= elapsed < 0.5 + CANCEL_WAIT_S + 2
@@ -215,17 +221,9 @@ def test_a_dispatcher_told_the_run_is_ending_lets_the_drain_end_at_once(tmp_path
         r.dispatcher.release.set()
 
     r.dispatcher.stop_waiting = stop_waiting  # type: ignore[attr-defined]
-    r.thread.start()
-    assert r.ready.wait(10)
-    make_model(r.ws / "output" / "v1")
-    t = threading.Thread(target=lambda: r.submit("output/v1"), daemon=True)
-    t.start()
-    assert r.dispatcher.started.wait(10)
-    started = time.monotonic()
-    r.stop.set()
-    r.thread.join(30)
+    t, elapsed = stop_mid_evaluation(r)
     t.join(10)
-    assert r.exit_code == 0 and len(told) == 1 and time.monotonic() - started < 10
+    assert r.exit_code == 0 and len(told) == 1 and elapsed < 10
     assert message.read_text().startswith("drained in ")
 
 
