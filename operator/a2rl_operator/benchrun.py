@@ -71,7 +71,7 @@ from a2rl_operator import status as st
 from a2rl_operator.benchsubmission import resync_submissions
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.finalizer import Decision, decide
-from a2rl_operator.fingerprint import SeenStates, job_fingerprint, pod_fingerprint
+from a2rl_operator.fingerprint import Deferred, SeenStates, job_fingerprint, pod_fingerprint
 from a2rl_operator.grading import decisions as gr
 from a2rl_operator.grading import kube as gk
 from a2rl_operator.grading.config import GradingConfig
@@ -99,6 +99,8 @@ RETENTION_RETRY_S = 5.0
 PIN_RETRY_S = 10.0
 #: The last state of each child (Job, Pod, Workload) the run's conditions were computed from.
 _SEEN = SeenStates()
+#: Runs whose children changed before their first status was written.
+_DEFERRED = Deferred()
 
 
 # --- validation that the CRD schema cannot express -------------------------------------------
@@ -203,8 +205,10 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
         except Exception as exc:
             logger.warning("BenchRun %s/%s: no reconcile span recorded: %s", ns, name, exc)
     write_first_status(kube, config, run, new_job)
-    if new_job is None:
-        refresh(kube, ns, name, config=config)  # the Job existed (a resumed run): observe it all
+    # The Job existed (a resumed run), or its pod's events came before this first status and were
+    # left alone (`refresh`): observe it all.
+    if _DEFERRED.take(meta["uid"]) or new_job is None:
+        refresh(kube, ns, name, config=config)
 
 
 def first_changes(config: OperatorConfig, new_job: Body | None, queue_name: str | None) -> ChangesFor:
@@ -260,7 +264,12 @@ def refresh(
     if run is None or run["metadata"].get("deletionTimestamp"):
         return []  # a run being deleted gets no new conditions
     if st.get_condition(st.run_conditions(run), COND_ACCEPTED) is None:
-        return []  # its reconcile writes the first status (`write_first_status`)
+        # Its reconcile writes the first status (`write_first_status`), then looks again.
+        _DEFERRED.add(run["metadata"]["uid"])
+        run = kube.get_run(namespace, name)
+        if run is None or st.get_condition(st.run_conditions(run), COND_ACCEPTED) is None:
+            return []
+        _DEFERRED.take(run["metadata"]["uid"])
     uid = run["metadata"]["uid"]
     # The run, then its pod, then the Job: what says the budget clock started is read before the
     # Job, so a Job read suspended after it was evicted (`st.Observation.budget_started`).
@@ -356,6 +365,7 @@ def on_benchrun_delete(body: kopf.Body, meta: kopf.Meta, memo: Any, logger: Logg
     """Artifact retention (the final record into the store), bounded by the finalizer timeout
     and skipped at once with the `a2rl.dev/force-finalize` annotation."""
     config: OperatorConfig = memo.config
+    _DEFERRED.take(meta.uid or "")  # a run deleted before its first status: nothing to look at
     decision = decide(dict(meta.annotations), meta.get("deletionTimestamp"), datetime.now(UTC),
                       config.finalizer_timeout_s)  # fmt: skip
     if decision is Decision.RELEASE:

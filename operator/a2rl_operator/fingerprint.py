@@ -71,3 +71,33 @@ class SeenStates:
     def __len__(self) -> int:
         with self._lock:
             return len(self._seen)
+
+
+class Deferred:
+    """Runs whose children's events came before their first status (`refresh` leaves such a run
+    alone, its reconcile writes `Accepted` first) and were marked seen all the same: the reconcile
+    re-observes them once the first status is written, or the change would wait for the next
+    resync (a minute) with nothing else to trigger it.
+
+    Race-free with one re-read: `refresh` adds the run and then reads it again; the reconcile
+    takes it out after its write. Either the reconcile finds it, or the re-read sees `Accepted`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._uids: set[str] = set()
+
+    def add(self, uid: str) -> None:
+        with self._lock:
+            self._uids.add(uid)
+
+    def take(self, uid: str) -> bool:
+        """True when `uid` was deferred (and no longer is)."""
+        with self._lock:
+            if uid not in self._uids:
+                return False
+            self._uids.discard(uid)
+            return True
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._uids)

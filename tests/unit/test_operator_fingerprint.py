@@ -6,7 +6,7 @@ import copy
 import threading
 from typing import Any
 
-from a2rl_operator.fingerprint import SeenStates, job_fingerprint, pod_fingerprint
+from a2rl_operator.fingerprint import Deferred, SeenStates, job_fingerprint, pod_fingerprint
 
 
 def job(**status: Any) -> dict[str, Any]:
@@ -72,3 +72,33 @@ def test_seen_states_lets_exactly_one_thread_through() -> None:
     for t in threads:
         t.join()
     assert winners == [1]
+
+
+def test_a_deferred_run_is_taken_once_and_only_when_deferred() -> None:
+    deferred = Deferred()
+    assert not deferred.take("run-a")  # nothing came before the first status: no second look
+    deferred.add("run-a")
+    deferred.add("run-a")  # the pod's and the Job's events: one look covers both
+    assert deferred.take("run-a") and not deferred.take("run-a")
+    assert len(deferred) == 0
+
+
+def test_deferred_runs_are_taken_by_exactly_one_thread() -> None:
+    deferred = Deferred()
+    for i in range(50):
+        deferred.add(f"run-{i}")
+    taken: list[str] = []
+    lock = threading.Lock()
+
+    def take_all() -> None:
+        for i in range(50):
+            if deferred.take(f"run-{i}"):
+                with lock:
+                    taken.append(f"run-{i}")
+
+    threads = [threading.Thread(target=take_all) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(taken) == sorted(f"run-{i}" for i in range(50))
