@@ -60,11 +60,16 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 @contextlib.contextmanager
 def _sigint_as_from_a_terminal() -> Iterator[None]:
+    """The signal dispositions a command started from a terminal has, whatever ours are: SIGINT
+    handled, SIGHUP not ignored (under `nohup` the tests would otherwise start the runner with
+    SIGHUP ignored, as nohup's children are, and the hang-up test would wait forever)."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    hangup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGHUP, hangup)
 
 
 def _start(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
