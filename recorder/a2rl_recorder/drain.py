@@ -73,11 +73,9 @@ def drain(
     watcher: CodeWatcher,
     spool: SpoolingStore,
     timeout_s: float,
-    *,
-    started: float | None = None,
 ) -> DrainOutcome:
-    """Drain within `timeout_s` of `started` (monotonic; default now); see the module doc."""
-    t0 = time.monotonic() if started is None else started
+    """Drain within `timeout_s` from now (see the module doc)."""
+    t0 = time.monotonic()
     deadline = t0 + timeout_s
 
     def left() -> float:
