@@ -116,3 +116,46 @@ def test_a_benchrun_runs_in_real_containers_to_a_graded_report(
     report = store.get_json(f"{layout.report_dir}/report.json")
     assert report["best_score"] == st["bestScore"] and report["baseline_score"] == st["baselineScore"]
     assert second.spec.node_name == real_cluster.node.name
+
+
+def test_a_namespace_deleted_with_a_running_run_goes_in_about_half_the_pods_grace(
+    real_cluster: RealCluster, installed: Helm
+) -> None:
+    """The namespace controller looks again after half the largest grace of its running pods
+    (Kubernetes' `pkg/controller/namespace`), however fast they stop: the workspace pod's grace,
+    `graceSeconds` + the recorder's one drain deadline + 15 s, is what a namespace of running runs
+    takes to go. The agent here is a PID 1 deaf to SIGTERM, held only for its `graceSeconds`."""
+    del installed
+    api = real_cluster.admin
+    core = client.CoreV1Api(api)
+    ns = real_cluster.namespace(RESTRICTED)
+    name = f"idle-{uuid.uuid4().hex[:6]}"
+    create_run(
+        api,
+        ns,
+        name,
+        agent={"command": ["python", "-c", "import time; time.sleep(3600)"]},
+        budget={"wallTimeSeconds": 1800, "graceSeconds": 5},
+        resources={"cpu": "500m", "memory": "1Gi"},
+        evaluation={"backend": "transformers", "cpu": "500m", "memory": "2Gi", "limit": EVAL_LIMIT},
+    )
+    run = follow(api, ns, name, "AgentRunning", timeout=300)
+    selector = f"{LABEL_RUN_UID}={run['metadata']['uid']},{LABEL_COMPONENT}={COMPONENT_AGENT}"
+    (pod,) = core.list_namespaced_pod(ns, label_selector=selector).items
+    grace = pod.spec.termination_grace_period_seconds
+    assert grace == 5 + RECORDER_DRAIN_S + RECORDER_DRAIN_MARGIN_S
+    started = time.monotonic()
+    core.delete_namespace(ns)
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(ns)
+        except client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, timeout=grace + 120, interval=0.5, what=f"namespace {ns} gone")
+    gone_s = time.monotonic() - started
+    _log(f"[real node] namespace {ns} with a running run deleted: gone in {gone_s:.1f}s "
+         f"(workspace pod grace {grace}s; the controller looks again after {grace // 2 + 1}s)")  # fmt: skip
+    assert gone_s < grace // 2 + 1 + 30
