@@ -39,6 +39,10 @@ EVAL_LIMIT = 40
 #: played pods run, and what improves the tiny model (one round of 250 steps does not, at 40 items).
 AGENT_ENV = {"AGENT_MAX_ROUNDS": "2", "AGENT_ROUND_MAX_STEPS": "250", "AGENT_FIRST_ROUND_S": "900",
              "AGENT_ROUND_S": "900", "AGENT_EVAL_ESTIMATE_S": "60"}  # fmt: skip
+#: An agent that waits and leaves on SIGTERM (PID 1 without a handler would ignore it).
+STOPS_ON_SIGTERM = (
+    "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); time.sleep(3600)"
+)
 
 
 def test_a_benchrun_runs_in_real_containers_to_a_graded_report(
@@ -118,13 +122,14 @@ def test_a_benchrun_runs_in_real_containers_to_a_graded_report(
     assert second.spec.node_name == real_cluster.node.name
 
 
-def test_a_namespace_deleted_with_a_running_run_goes_in_about_half_the_pods_grace(
+def test_a_namespace_deleted_with_a_running_run_goes_within_the_pods_grace(
     real_cluster: RealCluster, installed: Helm
 ) -> None:
-    """The namespace controller looks again after half the largest grace of its running pods
-    (Kubernetes' `pkg/controller/namespace`), however fast they stop: the workspace pod's grace,
-    `graceSeconds` + the recorder's one drain deadline + 15 s, is what a namespace of running runs
-    takes to go. The agent here is a PID 1 deaf to SIGTERM, held only for its `graceSeconds`."""
+    """The namespace controller looks again after half the largest grace of the pods it deleted
+    (Kubernetes' `pkg/controller/namespace`): the workspace pod's grace, `graceSeconds` + the
+    recorder's one drain deadline + 15 s, bounds how long a namespace of running runs takes to go
+    when its containers stop on SIGTERM, as this agent does (before: a 1,320 s grace; a namespace
+    of 200 runs took 113-273 s)."""
     del installed
     api = real_cluster.admin
     core = client.CoreV1Api(api)
@@ -134,7 +139,7 @@ def test_a_namespace_deleted_with_a_running_run_goes_in_about_half_the_pods_grac
         api,
         ns,
         name,
-        agent={"command": ["python", "-c", "import time; time.sleep(3600)"]},
+        agent={"command": ["python", "-c", STOPS_ON_SIGTERM]},
         budget={"wallTimeSeconds": 1800, "graceSeconds": 5},
         resources={"cpu": "500m", "memory": "1Gi"},
         evaluation={"backend": "transformers", "cpu": "500m", "memory": "2Gi", "limit": EVAL_LIMIT},
@@ -157,5 +162,5 @@ def test_a_namespace_deleted_with_a_running_run_goes_in_about_half_the_pods_grac
     wait_for(gone, timeout=grace + 120, interval=0.5, what=f"namespace {ns} gone")
     gone_s = time.monotonic() - started
     _log(f"[real node] namespace {ns} with a running run deleted: gone in {gone_s:.1f}s "
-         f"(workspace pod grace {grace}s; the controller looks again after {grace // 2 + 1}s)")  # fmt: skip
-    assert gone_s < grace // 2 + 1 + 30
+         f"(workspace pod grace {grace}s)")  # fmt: skip
+    assert gone_s < grace
