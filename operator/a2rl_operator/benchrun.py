@@ -93,6 +93,8 @@ from a2rl_operator.status_writer import ChangesFor, run_ref, write_status
 Body = dict[str, Any]
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_AGENT}
+QUOTA_EVENT_REASON = "FailedCreate"  # the Job controller's, when a ResourceQuota refuses a pod
+QUOTA_EVENT_FIELDS = f"involvedObject.kind=Job,reason={QUOTA_EVENT_REASON}"  # the Events watch's selector
 REPORT_JOB_LABELS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_REPORT}
 RESYNC_S = 60.0
 RETENTION_RETRY_S = 5.0
@@ -452,9 +454,10 @@ def on_workload(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
 
 
 def _is_quota_event(body: kopf.Body, **_: Any) -> bool:
+    # The watch asks for these fields already (`QUOTA_EVENT_FIELDS`); checked again all the same.
     involved = body.get("involvedObject") or {}
     return (
-        body.get("reason") == "FailedCreate"
+        body.get("reason") == QUOTA_EVENT_REASON
         and involved.get("kind") == "Job"
         and st.is_quota_message(str(body.get("message") or ""))
     )

@@ -13,8 +13,16 @@ from typing import Any
 
 import kopf
 
-from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, BENCHSUBMISSION_PLURAL, FINALIZER
-from a2rl_operator import benchrun, benchsubmission, campaign, metrics
+from a2rl.constants import (
+    API_GROUP,
+    API_VERSION,
+    BENCHRUN_PLURAL,
+    BENCHSUBMISSION_PLURAL,
+    FINALIZER,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+)
+from a2rl_operator import benchrun, benchsubmission, campaign, kopf_state, metrics
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.manifests.grading_network import egress_problems
 
@@ -23,12 +31,18 @@ MAX_WORKERS = 16  # threads for sync handlers (and pooled API connections)
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
-    """Our names for kopf's state: finalizer and annotations under the a2rl.dev group."""
+    """Our names for kopf's state (finalizer and annotations under the a2rl.dev group) and its settings."""
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=API_GROUP, key="last-handled-configuration"
-    )
+    # Kept so that a handled run needs no PATCH of kopf's own (`kopf_state`).
+    settings.persistence.progress_storage = kopf_state.progress_storage()
+    settings.persistence.diffbase_storage = kopf_state.diffbase_storage()
+    # Watches filtered by the API server: only our Jobs and pods (every handler's label filter
+    # includes this one), only the Job controller's pod-creation failures among the Events
+    # (`on_quota_event`). Unfiltered, kopf decodes and queues every Job, pod and Event in scope.
+    ours = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+    settings.watching.label_selectors["batch", "v1", "jobs"] = ours
+    settings.watching.label_selectors["", "v1", "pods"] = ours
+    settings.watching.field_selectors["", "v1", "events"] = benchrun.QUOTA_EVENT_FIELDS
     # Only our explicit Events (and kopf's warnings) reach users; no "Handler succeeded" noise.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300

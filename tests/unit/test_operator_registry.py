@@ -9,10 +9,11 @@ import kopf
 import pytest
 from a2rl_operator import status as st
 from a2rl_operator import status_writer
-from a2rl_operator.benchrun import first_changes
+from a2rl_operator.benchrun import _is_quota_event, first_changes
 from a2rl_operator.config import OperatorConfig
 from a2rl_operator.grading.config import GradingConfig
-from a2rl_operator.registry import build_registry
+from a2rl_operator.registry import build_registry, configure
+from kopf._cogs.structs.references import Resource
 from kopf._core.intents.registries import get_default_registry
 
 from a2rl.api.benchrun import ReportRef
@@ -23,6 +24,8 @@ from a2rl.constants import (
     COND_GRADED,
     COND_QUOTA_EXCEEDED,
     COND_SUCCEEDED,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
 )
 
 Body = dict[str, Any]
@@ -36,7 +39,8 @@ def test_every_handler_is_on_the_explicit_registry_in_order_and_none_on_kopfs_de
     registry = build_registry(OperatorConfig(grading=GradingConfig(grader_image="g:1", resync_s=7)))
     assert handler_ids(registry._activities) == ["login_via_client", "_startup"]
     # A BenchRun has one create/resume handler (each more costs every run a PATCH of kopf's
-    # progress annotations) and its finalizer's.
+    # progress annotations) and its finalizer's; no update or field handler (`kopf_state`
+    # gives runs an empty essence: kopf only learns whether a run was handled).
     changing = handler_ids(registry._changing)
     assert {h for h in changing if not h.startswith("campaign-")} == {"on_benchrun", "on_benchrun_delete"}
     watching = set(handler_ids(registry._watching))
@@ -55,6 +59,41 @@ def test_every_handler_is_on_the_explicit_registry_in_order_and_none_on_kopfs_de
     ours = {"_startup", "resync", "grading-resync", "on_benchrun", "on_submission", "on_job"}
     for handlers in (default._activities, default._changing, default._watching, default._spawning):
         assert not ours & set(handler_ids(handlers))
+
+
+def test_job_pod_and_event_watches_are_filtered_by_the_api_server_never_hiding_a_handlers_objects() -> None:
+    settings = kopf.OperatorSettings()
+    configure(settings)
+    jobs, pods, events = (
+        Resource(g, "v1", p, namespaced=True) for g, p in (("batch", "jobs"), ("", "pods"), ("", "events"))
+    )
+    ours = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+    assert settings.watching.label_selectors.collect(jobs) == [ours]
+    assert settings.watching.label_selectors.collect(pods) == [ours]
+    assert settings.watching.field_selectors.collect(events) == [
+        "involvedObject.kind=Job,reason=FailedCreate"
+    ]
+    # Every Job and pod handler's own label filter includes the selector: none misses its objects.
+    registry = build_registry(OperatorConfig(grading=GradingConfig(grader_image="g:1")))
+    watched = [
+        h
+        for h in registry._watching.get_all_handlers()
+        if h.selector and h.selector.any_name in ("jobs", "pods")
+    ]
+    assert {str(h.id) for h in watched} >= {
+        "on_job",
+        "on_pod",
+        "on_report_job",
+        "on_eval_job",
+        "campaign-report-job",
+    }
+    for handler in watched:
+        assert (handler.labels or {}).get(LABEL_MANAGED_BY) == MANAGED_BY, handler.id
+    # The quota Event filter asks for no more than the selector lets through.
+    message = 'pods "w-1" is forbidden: exceeded quota: gpus, requested: requests.nvidia.com/gpu=1'
+    refused = {"reason": "FailedCreate", "involvedObject": {"kind": "Job"}, "message": message}
+    assert _is_quota_event(kopf.Body(refused))
+    assert not _is_quota_event(kopf.Body({**refused, "reason": "SuccessfulCreate"}))
 
 
 class FakeKube:

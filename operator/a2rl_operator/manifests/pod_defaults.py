@@ -21,7 +21,7 @@ COMPONENTS = ("workspace", "eval", "report", "gateway")
 
 def with_pod_defaults(pod_spec: Manifest, defaults: ComponentPodDefaults) -> Manifest:
     """A copy of `pod_spec` with `defaults` merged in (module doc); nothing empty is added."""
-    out = copy.deepcopy(pod_spec)
+    out = dict(pod_spec)  # every field below is replaced, never changed in place: `pod_spec` stays as it was
     if defaults.node_selector:
         out["nodeSelector"] = {**defaults.node_selector, **(out.get("nodeSelector") or {})}
     own = list(out.get("tolerations") or [])
