@@ -14,6 +14,8 @@ local store, as a run does), side by side in one run:
   target at a time, targets in turn within a round; the ratio is the gateway's calls per second
   over the direct ones of the same round.
 
+`--upstream-ms MS` makes the upstream wait MS before each answer, as a provider does (default 0:
+an upstream that answers as fast as it can, where the gateway's own CPU is all that limits it).
 `--before DIR` adds a second gateway run from another checkout (`git worktree add /tmp/base
 c4f0a06`), measured in the same rounds; `--floor` adds two relays without any of the gateway's
 work (`bench/bare_relay.py`: threads, aiohttp) to the throughput phases. After each throughput
@@ -169,9 +171,9 @@ def _start(
     raise SystemExit(f"{argv} did not start")
 
 
-def start_upstream(python: str) -> Target:
+def start_upstream(python: str, answer_ms: float = 0.0) -> Target:
     env = {**os.environ, "PYTHONPATH": _pythonpath(ROOT)}
-    argv = [python, "-m", "tests.support.driver_server", "--port", "0"]
+    argv = [python, "-m", "tests.support.driver_server", "--port", "0", "--answer-delay-ms", str(answer_ms)]
     proc, port = _start(argv, env, re.compile(r"driver server on http://127\.0\.0\.1:(\d+)"))
     return Target("direct", port, proc)
 
@@ -288,11 +290,18 @@ def main() -> int:
     ap.add_argument(
         "--floor", action="store_true", help="also relays without the gateway's work (throughput)"
     )
+    ap.add_argument(
+        "--upstream-ms",
+        type=float,
+        default=0.0,
+        help="the upstream waits this long before each answer (a provider's latency; default 0: the "
+        "scripted driver's CPU alone, the gateway's worst case)",
+    )
     args = ap.parse_args()
 
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {os.cpu_count()} CPUs, {load()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="a2rl-bench-gw-") as tmp:
-        upstream = start_upstream(args.python)
+        upstream = start_upstream(args.python, args.upstream_ms)
 
         def store(name: str) -> Path | None:
             return None if args.no_store else Path(tmp) / name

@@ -535,6 +535,7 @@ class DriverServer:
         shell_tool_names: tuple[str, ...] = SHELL_TOOL_NAMES,
         log_path: Path | None = None,
         chunk_delay_s: float = 0.0,
+        answer_delay_s: float = 0.0,
         fail_after: int | None = None,
         fail_status: int = 400,
         fail_message: str = "driver budget exhausted",
@@ -544,6 +545,7 @@ class DriverServer:
         self.shell_tool_names = shell_tool_names
         self.log_path = log_path
         self.chunk_delay_s = chunk_delay_s
+        self.answer_delay_s = answer_delay_s  # a provider's time before its first byte
         self.fail_after, self.fail_status, self.fail_message = fail_after, fail_status, fail_message
         self.records: list[RequestRecord] = []
         self._lock = threading.Lock()
@@ -808,6 +810,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._written:
             self._written = True
             self.driver._write(self._record)
+            if self.driver.answer_delay_s:
+                time.sleep(self.driver.answer_delay_s)
 
     def _route(
         self, method: str, path: str, query: dict[str, list[str]], body: Any, record: RequestRecord
@@ -1274,6 +1278,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail-after", type=int, default=None, help="error every model call after N answers")
     parser.add_argument("--fail-status", type=int, default=400)
     parser.add_argument("--fail-message", default="driver budget exhausted")
+    parser.add_argument(
+        "--answer-delay-ms", type=float, default=0.0, help="wait before each answer (a provider's latency)"
+    )
     args = parser.parse_args(argv)
     if args.script:
         script = Script.from_json(json.loads(args.script.read_text()))
@@ -1287,6 +1294,7 @@ def main(argv: list[str] | None = None) -> int:
         fail_after=args.fail_after,
         fail_status=args.fail_status,
         fail_message=args.fail_message,
+        answer_delay_s=args.answer_delay_ms / 1000,
     ) as server:
         print(f"driver server on {server.url} ({len(script.steps)} steps)", flush=True)
         try:

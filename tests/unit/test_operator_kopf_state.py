@@ -6,11 +6,21 @@ from __future__ import annotations
 from typing import Any
 
 import kopf
-from a2rl_operator.kopf_state import diffbase_storage, progress_storage
+from a2rl_operator.config import OperatorConfig
+from a2rl_operator.grading.config import GradingConfig
+from a2rl_operator.kopf_state import UPDATED_KINDS, diffbase_storage, progress_storage
+from a2rl_operator.registry import build_registry
 from kopf._cogs.structs.diffs import diff as kopf_diff
 from kopf._core.intents.causes import Reason, detect_changing_cause
 
-from a2rl.constants import API_GROUP_VERSION, BENCHRUN_KIND, COND_ACCEPTED, FINALIZER
+from a2rl.constants import (
+    API_GROUP_VERSION,
+    BENCHCAMPAIGN_KIND,
+    BENCHCAMPAIGN_PLURAL,
+    BENCHRUN_KIND,
+    COND_ACCEPTED,
+    FINALIZER,
+)
 
 Body = dict[str, Any]
 
@@ -35,7 +45,7 @@ def run(*, accepted: bool, annotations: dict[str, str] | None = None) -> Body:
 def campaign(spec: Body, annotations: dict[str, str] | None = None) -> Body:
     return {
         "apiVersion": API_GROUP_VERSION,
-        "kind": "BenchCampaign",
+        "kind": BENCHCAMPAIGN_KIND,
         "metadata": meta("c1", annotations),
         "spec": spec,
     }
@@ -100,3 +110,16 @@ def test_a_handler_that_succeeds_at_once_leaves_an_empty_patch() -> None:
     # Retries in flight are still kept in the run's annotations.
     storage.store(key=key, record={**record, "success": False}, body=body, patch=patch)
     assert list(patch["metadata"]["annotations"]) == ["a2rl.dev/on_benchrun"]
+
+
+def test_watched_kinds_cost_no_copy_and_only_campaigns_have_update_handlers() -> None:
+    pod = kopf.Body({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}},
+                     "spec": {"containers": [{"name": "agent", "image": "agent:1"}]}})  # fmt: skip
+    storage = diffbase_storage()
+    assert storage.build(body=pod) == {} and storage.fetch(body=pod) is None
+    # The essence is what kopf compares for update handlers: only the kinds listed keep it.
+    registry = build_registry(OperatorConfig(grading=GradingConfig(grader_image="g:1")))
+    updated = {h.selector.any_name for h in registry._changing.get_all_handlers()
+               if h.selector and (h.field or str(h.reason) == "update")}  # fmt: skip
+    assert updated == {BENCHCAMPAIGN_PLURAL}
+    assert set(UPDATED_KINDS) == {BENCHCAMPAIGN_KIND}
