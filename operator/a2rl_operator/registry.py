@@ -33,7 +33,7 @@ MAX_WORKERS = 16  # threads for sync handlers (and pooled API connections)
 def configure(settings: kopf.OperatorSettings) -> None:
     """Our names for kopf's state (finalizer and annotations under the a2rl.dev group) and its settings."""
     settings.persistence.finalizer = FINALIZER
-    # Kept so that a handled run needs no PATCH of kopf's own (`kopf_state`).
+    # kopf's per-object state, kept so that a handled run needs no PATCH of kopf's own (`kopf_state`).
     settings.persistence.progress_storage = kopf_state.progress_storage()
     settings.persistence.diffbase_storage = kopf_state.diffbase_storage()
     # Watches filtered by the API server: only our Jobs and pods (every handler's label filter
