@@ -220,15 +220,15 @@ def main() -> int:
     )
     print(f"load average before: {os.getloadavg()[0]:.1f}")
 
-    warm_ns = new_namespace(core, "warmup") if args.warmup > 0 else None
-    if warm_ns is not None:
-        plain_client(admin, api_client(str(kubeconfig)), warm_ns, args.warmup)
-        time.sleep(2.0)
-    plain_ns = new_namespace(core, "plain")
-    before = api_requests(admin)
     # The children as the operator's ServiceAccount (its authentication and RBAC checks, which
     # the API server spends CPU on per request) unless --plain-as-admin (system:masters: none).
     creator = admin if args.plain_as_admin else api_client(str(kubeconfig))
+    warm_ns = new_namespace(core, "warmup") if args.warmup > 0 else None
+    if warm_ns is not None:
+        plain_client(admin, creator, warm_ns, args.warmup)
+        time.sleep(2.0)
+    plain_ns = new_namespace(core, "plain")
+    before = api_requests(admin)
     plain = plain_client(admin, creator, plain_ns, args.n)
     time.sleep(2.0)  # the Job controller's pods
     plain_calls = api_requests(admin) - before
