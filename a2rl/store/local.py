@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +22,11 @@ from a2rl.store.base import ContentChangedError, ObjectStore, Reader, copy_verif
 __all__ = ["ContentChangedError", "LocalStore", "check_key", "check_prefix"]
 
 TMP_SUFFIX = ".a2rl-tmp"
+#: Temporary files are named `.<name>.<pid>-<n><TMP_SUFFIX>` and created exclusively (no symlink
+#: followed): cheaper than `tempfile.mkstemp`'s random names, which cost the gateway's writer
+#: thread a tenth of its time at a few thousand records a second.
+_TMP_SEQ = itertools.count()
+_TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 COPY_CHUNK = 1 << 20
 
 
@@ -77,15 +82,27 @@ class LocalStore(ObjectStore):
         return st.f_bavail * st.f_frsize
 
     def _tmp_for(self, dest: Path) -> tuple[int, str]:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        return tempfile.mkstemp(prefix=f".{dest.name}.", suffix=TMP_SUFFIX, dir=dest.parent)
+        """A new temporary file beside `dest` (its folders made when missing), opened to write."""
+        while True:
+            tmp = f"{dest.parent}/.{dest.name}.{os.getpid()}-{next(_TMP_SEQ)}{TMP_SUFFIX}"
+            try:
+                return os.open(tmp, _TMP_FLAGS, 0o600), tmp
+            except FileExistsError:
+                continue  # left by an earlier process with this pid
+            except FileNotFoundError:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                return os.open(tmp, _TMP_FLAGS, 0o600), tmp
 
     def put_bytes(self, key: str, data: bytes) -> None:
         dest = self._path(key)
         fd, tmp = self._tmp_for(dest)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
             os.replace(tmp, dest)
         except BaseException:
             _unlink_quietly(tmp)

@@ -1,192 +1,176 @@
-"""`UpstreamPool`: kept-alive HTTP/1.1 connections to the upstream, reused call after call.
+"""`Upstream`: the gateway's client to the provider, kept-alive connections reused call after call
+(aiohttp's connector, in the gateway's event loop).
 
-    pool = UpstreamPool(timeout_s=600)
-    with pool.request("POST", url, body, headers) as resp:   # http.client.HTTPResponse
-        ... resp.status, resp.headers, resp.read1(n) ...
-    pool.close()
+    upstream = Upstream(timeout_s=600)
+    await upstream.open()                                            # in the loop
+    async with upstream.request("POST", url, body, headers) as resp:  # `UpstreamResponse`
+        ... resp.status, resp.headers, await resp.read(), await resp.read_some() ...
+    await upstream.close()
 
 A new TCP (and TLS) connection per call cost more than the upstream's own work on a fast
-self-hosted server; a pooled one costs a send and a read. A connection goes back to the pool only
-when its answer was read to the end and the upstream did not ask to close it; one that waited
-idle is checked before reuse (a server that closed it has made it readable: EOF), and a call that
-finds a reused connection closed under it before any answer byte (the server's idle close racing
-the send) is sent once more on a new one. At most `MAX_IDLE` idle connections are kept per
-upstream, none longer than `IDLE_S`.
+self-hosted server; a pooled one costs a send and a read. A connection goes back to the pool once
+its answer was read to the end and the upstream did not ask to close it; none is kept idle longer
+than `IDLE_S`. A call that finds a reused connection closed
+under it before any answer byte (the server's idle close racing the send) is sent once more on a
+new one; a call on a new connection is never sent twice.
 
-`HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` (read once, as urllib reads them) apply: an https upstream
-through a proxy is a CONNECT tunnel, an http one is sent to the proxy with its absolute URL.
-Redirects are never followed (http.client does not): a 3xx goes back to the client as it is.
+What is sent is exactly what the gateway says: the target as given (not re-quoted), its
+headers, no added `Accept`, `Accept-Encoding` or `User-Agent`; the answer's bytes come back as the
+upstream sent them (not decompressed). `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` apply, read once as
+urllib reads them (an https upstream through a proxy is a CONNECT tunnel, an http one is sent to the
+proxy with its absolute URL; credentials in the proxy's URL are sent as `Proxy-Authorization`).
+Redirects are never followed: a 3xx goes back to the client as it is.
 """
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import contextlib
-import http.client
-import select
-import socket
 import ssl
-import threading
-import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
+from types import SimpleNamespace
+from typing import Any
 
-#: Idle connections kept per upstream (more than the gateway's concurrent calls are never needed).
-MAX_IDLE = 32
+import aiohttp
+from yarl import URL
+
 #: An idle connection older than this is closed rather than reused (servers close theirs after
-#: 5 s to a few minutes; the readability check catches most, this the rest).
+#: 5 s to a few minutes).
 IDLE_S = 30.0
 
-_Key = tuple[str, str, int]
-_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+class UpstreamError(Exception):
+    """The upstream could not be reached, or answered no HTTP."""
 
 
-class _Route:
-    """How to reach one upstream origin: directly or through a proxy."""
+class UpstreamResponse:
+    """One answer: status and headers read, the body not yet."""
 
-    def __init__(self, scheme: str, host: str, port: int, proxy: str | None) -> None:
-        self.scheme, self.host, self.port = scheme, host, port
-        self.proxy: urllib.parse.SplitResult | None = urllib.parse.urlsplit(proxy) if proxy else None
-        self.proxy_auth: str | None = None
-        if self.proxy is not None and self.proxy.username is not None:
-            user = urllib.parse.unquote(self.proxy.username)
-            password = urllib.parse.unquote(self.proxy.password or "")
-            self.proxy_auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self._resp = resp
+        self.status = resp.status
+        self.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.raw_headers]
 
-    def connect(self, timeout_s: float, context: ssl.SSLContext | None) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection
-        if self.proxy is None:
-            host, port = self.host, self.port
-        else:
-            host = self.proxy.hostname or ""
-            port = self.proxy.port or (443 if self.proxy.scheme == "https" else 80)
-        if self.scheme == "https":
-            conn = http.client.HTTPSConnection(host, port, timeout=timeout_s, context=context)
-            if self.proxy is not None:
-                auth = {"Proxy-Authorization": self.proxy_auth} if self.proxy_auth else None
-                conn.set_tunnel(self.host, self.port, headers=auth)
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
-        conn.connect()
-        with contextlib.suppress(OSError):
-            assert conn.sock is not None
-            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
+    def header(self, name: str) -> str | None:
+        return self._resp.headers.get(name)
 
-    def target(self, url: urllib.parse.SplitResult) -> str:
-        """The request target: the path (a tunnel or no proxy), the absolute URL (an http proxy)."""
-        if self.proxy is not None and self.scheme == "http":
-            return urllib.parse.urlunsplit((url.scheme, url.netloc, url.path or "/", url.query, ""))
-        return (url.path or "/") + (f"?{url.query}" if url.query else "")
+    async def read(self) -> bytes:
+        """The rest of the body; `UpstreamError` when it broke off."""
+        try:
+            return await self._resp.read()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise UpstreamError(_reason(exc)) from exc
+
+    def at_end(self) -> bool:
+        """Whether the whole body has been read (the next `read_some` would return b"")."""
+        return self._resp.content.at_eof()
+
+    async def read_some(self) -> bytes:
+        """The next bytes of the body as they arrive (b"" at its end); `UpstreamError`."""
+        try:
+            return await self._resp.content.readany()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise UpstreamError(_reason(exc)) from exc
 
 
-class UpstreamPool:
+def _reason(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+class Upstream:
     def __init__(self, timeout_s: float, *, context: ssl.SSLContext | None = None) -> None:
         self.timeout_s = timeout_s
         self._context = context
+        self._session: aiohttp.ClientSession | None = None
         self._proxies = urllib.request.getproxies()
-        self._lock = threading.Lock()
-        self._idle: dict[_Key, list[tuple[float, http.client.HTTPConnection]]] = {}
-        self._routes: dict[_Key, _Route] = {}
-        self._closed = False
+        self._routes: dict[tuple[str, str], tuple[URL | None, dict[str, str] | None]] = {}
         #: Connections opened so far (what a test or `/metrics` may count).
         self.opened = 0
 
-    def _route(self, scheme: str, host: str, port: int) -> _Route:
-        key = (scheme, host, port)
-        with self._lock:
-            route = self._routes.get(key)
+    async def open(self) -> None:
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_create_end.append(self._created)
+        trace.on_connection_reuseconn.append(self._reused)
+        connector = aiohttp.TCPConnector(
+            limit=0, keepalive_timeout=IDLE_S, ssl=self._context if self._context is not None else True
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=False,
+            skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent"),
+            timeout=aiohttp.ClientTimeout(total=None, connect=self.timeout_s, sock_read=self.timeout_s),
+            trace_configs=[trace],
+        )
+
+    def _route(self, scheme: str, host: str) -> tuple[URL | None, dict[str, str] | None]:
+        """The proxy for `scheme://host` (None: direct), and the headers with its credentials."""
+        route = self._routes.get((scheme, host))
         if route is None:
             proxy = None if urllib.request.proxy_bypass(host) else self._proxies.get(scheme)
-            route = _Route(scheme, host, port, proxy)
-            with self._lock:
-                route = self._routes.setdefault(key, route)
+            if not proxy:
+                route = (None, None)
+            else:
+                url = URL(proxy)
+                auth = None
+                if url.user is not None:
+                    user, password = urllib.parse.unquote(url.user), urllib.parse.unquote(url.password or "")
+                    auth = {"Proxy-Authorization": aiohttp.encode_basic_auth(user, password)}
+                route = (url.with_user(None), auth)
+            self._routes[(scheme, host)] = route
         return route
 
-    def _take(self, key: _Key) -> http.client.HTTPConnection | None:
-        """An idle connection to `key` still fit to use, or None."""
-        now = time.monotonic()
-        while True:
-            with self._lock:
-                idle = self._idle.get(key)
-                if not idle:
-                    return None
-                since, conn = idle.pop()
-            sock = conn.sock
-            # Idle and readable: the server closed it (EOF) or sent something unasked.
-            if sock is not None and now - since < IDLE_S and not select.select([sock], [], [], 0)[0]:
-                return conn
-            conn.close()
+    async def _created(self, session: Any, ctx: SimpleNamespace, params: Any) -> None:
+        self.opened += 1
 
-    def _give_back(self, key: _Key, conn: http.client.HTTPConnection) -> None:
-        with self._lock:
-            idle = self._idle.setdefault(key, [])
-            if not self._closed and len(idle) < MAX_IDLE:
-                idle.append((time.monotonic(), conn))
-                return
-        conn.close()
+    async def _reused(self, session: Any, ctx: SimpleNamespace, params: Any) -> None:
+        if ctx.trace_request_ctx is not None:
+            ctx.trace_request_ctx.reused = True
 
-    @contextlib.contextmanager
-    def request(
+    @contextlib.asynccontextmanager
+    async def request(
         self, method: str, url: str, body: bytes | None, headers: Mapping[str, str]
-    ) -> Iterator[http.client.HTTPResponse]:
-        """Send one request and yield its response (headers read, body not); OSError or
-        `http.client.HTTPException` when the upstream cannot be reached or answers no HTTP. The
-        connection is pooled again once the `with` block ends with the answer read to its end."""
-        parts = urllib.parse.urlsplit(url)
-        scheme = parts.scheme.lower()
-        if scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"unsupported upstream URL scheme {scheme!r}")
-        port = parts.port or (443 if scheme == "https" else 80)
-        key = (scheme, parts.hostname, port)
-        route = self._route(*key)
-        target = route.target(parts)
+    ) -> AsyncIterator[UpstreamResponse]:
+        """Send one request and yield its answer (headers read, body not); `UpstreamError` when
+        the upstream cannot be reached or answers no HTTP, `ValueError` for a URL it cannot reach."""
+        if self._session is None:
+            raise UpstreamError("the gateway's upstream client is closed")
+        target = URL(url, encoded=True)
+        if target.scheme not in ("http", "https") or not target.host:
+            raise ValueError(f"unsupported upstream URL scheme {target.scheme!r}")
+        proxy, proxy_headers = self._route(target.scheme, target.host)
         sent = dict(headers)
-        if route.proxy_auth and scheme == "http":
-            sent["Proxy-Authorization"] = route.proxy_auth
-        conn, resp = self._send(key, route, method=method, target=target, body=body, headers=sent)
-        try:
-            yield resp
-        finally:
-            if resp.isclosed() and not resp.will_close and not self._closed:
-                self._give_back(key, conn)
-            else:
-                conn.close()
-
-    def _send(
-        self,
-        key: _Key,
-        route: _Route,
-        *,
-        method: str,
-        target: str,
-        body: bytes | None,
-        headers: dict[str, str],
-    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        conn = self._take(key)
-        while True:
-            reused = conn is not None
-            if conn is None:
-                conn = route.connect(self.timeout_s, self._context)
-                with self._lock:
-                    self.opened += 1
+        if proxy_headers and target.scheme == "http":  # sent to the proxy with the request itself
+            sent.update(proxy_headers)
+        for attempt in (1, 2):
+            used = SimpleNamespace(reused=False)
             try:
-                conn.request(method, target, body=body, headers=headers)
-                return conn, conn.getresponse()
-            except _STALE:
-                conn.close()
-                if not reused:
-                    raise
-                conn = None  # the server closed the idle connection as the call was sent: a new one
-            except BaseException:
-                conn.close()
-                raise
+                resp = await self._session.request(
+                    method,
+                    target,
+                    data=body,
+                    headers=sent,
+                    allow_redirects=False,
+                    proxy=proxy,
+                    proxy_headers=proxy_headers,
+                    trace_request_ctx=used,
+                )
+                break
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if attempt == 1 and used.reused:
+                    continue  # the server closed the idle connection as the call was sent: a new one
+                raise UpstreamError(_reason(exc)) from exc
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                raise UpstreamError(_reason(exc)) from exc
+        try:
+            yield UpstreamResponse(resp)
+        finally:
+            resp.release()  # pooled again when read to its end, else closed
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, {}
-        for conns in idle.values():
-            for _, conn in conns:
-                conn.close()
+    async def close(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+            await asyncio.sleep(0)
