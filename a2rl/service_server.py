@@ -1,6 +1,7 @@
-"""The HTTP servers of a2rl's services (the grading API, the driver gateway): one on TCP and one on
-a private Unix socket (`a2rl.unix_server`), both serving the same service object, and the
-request-handler base both services' handlers share.
+"""The HTTP servers of the recorder's grading API: one on TCP and one on a private Unix socket
+(`a2rl.unix_server`), both serving the same service object, and their request-handler base. (The
+driver gateway, whose every LLM call passes it, serves the same bounds from one event loop:
+`a2rl_gateway.http1`.)
 
 Both servers use daemon threads and a listen backlog of `LISTEN_BACKLOG` (the stdlib's default of
 5 dropped most of 200 simultaneous clients; the kernel caps it at net.core.somaxconn).
