@@ -193,6 +193,7 @@ def start_gateway(python: str, name: str, src: Path, upstream: int, store: Path 
         env.update({"A2RL_STORE_URI": str(store), "A2RL_RUN_PREFIX": PREFIX})
     argv = [
         python,
+        "-P",  # not the working directory first: the code is `src`'s, the `--before` checkout's too
         "-c",
         "import sys; from a2rl_cli import main; sys.exit(main(sys.argv[1:]))",
         "gateway",
@@ -212,7 +213,10 @@ def _records(t: Target) -> int | None:
     if t.store is None:
         return None
     calls = t.store / PREFIX / "driver" / "calls"
-    return sum(1 for _ in calls.iterdir()) if calls.is_dir() else 0
+    if not calls.is_dir():
+        return 0
+    batched = sum(f.read_bytes().count(b"\n") for f in calls.glob("*.jsonl"))  # a record a line
+    return batched + sum(1 for _ in calls.glob("*.json"))  # a checkout from before the batches
 
 
 def settle(t: Target, timeout_s: float = 120.0) -> float:

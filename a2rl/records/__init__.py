@@ -12,7 +12,8 @@
     report.py      report/report.json                          ReportRecord (built by a2rl_grader.report)
     library.py     models/<name>/manifest.json                 ModelLibraryManifest
     artifact.py    data/<task>/<version>-seed<s>/<split>/manifest.json  ArtifactManifest
-    driver.py      driver/calls/<n>.json, driver/summary.json  DriverCallRecord, DriverSummary
+    driver.py      driver/calls/<n>.jsonl, driver/summary.json DriverCallRecord, DriverSummary
+    driver_calls.py  reading and writing the call records in batches (driver/calls/<n>.jsonl)
 
 `base.read_record` / `load_record` / `write_record` read and write them through an `ObjectStore`;
 `base.load_record` / `parse_record` fail with one line (`RecordError`) on a document that does not fit.

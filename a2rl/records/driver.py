@@ -1,6 +1,7 @@
-"""`driver/calls/<n>.json` and `driver/summary.json`: what the run's driver gateway
-(`a2rl_gateway`, docs/gateway.md) forwarded to the upstream LLM provider, what it answered,
-what that used and cost, and the driver budget's state.
+"""`driver/calls/<n>.jsonl` (call records in batches, `a2rl.records.driver_calls`) and
+`driver/summary.json`: what the run's driver gateway (`a2rl_gateway`, docs/gateway.md) forwarded
+to the upstream LLM provider, what it answered, what that used and cost, and the driver budget's
+state.
 
 Written by the gateway only; read by the report and the runner. Keys and the per-run token are
 redacted before a record is built (`a2rl_gateway.redact`).

@@ -14,7 +14,9 @@
     <namespace>/<run>-<uid>/report/{report.json,report.md,report.html,trajectory.png}
     <namespace>/<run>-<uid>/traces/<component>-<pid>-<token>-<n>.jsonl   spans (one object per batch)
     <namespace>/<run>-<uid>/traces.jsonl                 all spans of the run, merged (a2rl.tracing)
-    <namespace>/<run>-<uid>/driver/calls/<n>.json        driver gateway: call n, request + response (redacted)
+    <namespace>/<run>-<uid>/driver/calls/<n>.jsonl       driver gateway: a batch of call records, one a line
+                                                         (request + response, redacted), n = its lowest
+                                                         call (a2rl.records.driver_calls; before: <n>.json)
     <namespace>/<run>-<uid>/driver/summary.json          driver gateway: running totals, per model, budget
     <namespace>/<run>-<uid>/agent/trajectory.jsonl       an agent stack's event stream
     baselines/<task>/<model-digest>/<evaluator-version>.json   baseline cache shared by all runs (cluster)
@@ -119,8 +121,9 @@ class RunLayout:
         """Folder of the driver gateway's call records (`a2rl.records.driver.DriverCallRecord`)."""
         return f"{self.prefix}/driver/calls"
 
-    def driver_call(self, index: int) -> str:
-        return f"{self.driver_calls}/{_n(index)}.json"
+    def driver_call_batch(self, first: int) -> str:
+        """A batch of call records whose lowest call number is `first`."""
+        return f"{self.driver_calls}/{_n(first)}.jsonl"
 
     @property
     def agent_trajectory(self) -> str:

@@ -1,6 +1,6 @@
 """`answer_tool_calls`: the tools a driver answer asked the agent's stack to call, in order.
 
-Read from a `driver/calls/<n>.json` `response_body` (streams are stored reassembled into the
+Read from a `driver/calls/` `response_body` (streams are stored reassembled into the
 protocol's non-streaming shape, docs/gateway.md): Anthropic `content[]` `tool_use` blocks, Chat
 Completions `choices[].message.tool_calls[]`, Responses `output[]` function/custom/local-shell
 calls, Gemini `candidates[].content.parts[].functionCall`.

@@ -1,7 +1,7 @@
 """`place_on_driver_calls`: times for tool calls whose stream has none (Codex's), from the driver.
 
 Every tool call was asked for by one driver answer. Counted in order over the driver's answers
-(`driver/calls/<n>.json`, index order), the k-th tool call asked for is taken to be the stream's
+(`driver/calls/`, index order), the k-th tool call asked for is taken to be the stream's
 k-th tool call, placed at the end of the call that asked for it (`finished_at`). Calls that never
 appear in a stream on their own are not counted (`UNSTREAMED_TOOLS`: Codex's `write_stdin`, its
 polls of a running command, are part of the `command_execution` item). When the stream holds more

@@ -1,6 +1,6 @@
 """The run's transcript: what the agent's model was sent and what it said, call by call. Pure.
 
-Read from the driver gateway's call records (`driver/calls/<n>.json`, `DriverCallRecord`): the
+Read from the driver gateway's call records (`driver/calls/`, `DriverCallRecord`): the
 request body carries the conversation so far (the stack's previous tool results included) and the
 response body the model's answer (a stream reassembled by the gateway, docs/gateway.md). Each call
 becomes a `Step`: the messages that are new since the conversation's previous call (tool results,

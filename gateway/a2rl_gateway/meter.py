@@ -7,10 +7,11 @@ the reservation, adds the call's usage and cost to the totals and decides whethe
 now exhausted (`exhausted` is set at once): a few dictionary updates under a lock, nothing copied.
 Then `persist` queues the record for one writer thread, off the agent's path: every `BATCH_S` (at
 once when the budget was just exhausted, or on `close`) it takes what is queued, scrubs each record
-of the known secrets and of credential-shaped text (`redact.scrub_record`), writes
-`driver/calls/<n>.json` for each, then `driver/summary.json` once for the batch and, the first time
-the budget was found exhausted, calls `on_exhausted(reason)` (once: the runner reads a summary that
-already says so). `close` waits for the writer, so no record is lost on a stop.
+of the known secrets and of credential-shaped text (`redact.scrub_record`), writes them as one
+object, `driver/calls/<n>.jsonl` (`a2rl.records.driver_calls`: a record a line, n = the batch's
+lowest call; a batch over `BATCH_MAX_BYTES` is split), then `driver/summary.json` once for the batch
+and, the first time the budget was found exhausted, calls `on_exhausted(reason)` (once: the runner
+reads a summary that already says so). `close` waits for the writer, so no record is lost on a stop.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from a2rl.records.driver import (
     DriverUsage,
     add_call,
 )
+from a2rl.records.driver_calls import encode_batch
 from a2rl.records.times import utc_now
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
@@ -41,8 +43,10 @@ from a2rl_gateway.redact import may_hold_secrets, scrub_record
 
 log = logging.getLogger(__name__)
 
-#: How long the writer gathers records into one batch (one summary write per batch).
+#: How long the writer gathers records into one batch (one object and one summary write per batch).
 BATCH_S = 0.05
+#: A batch's records go into objects of at most this many bytes (a bigger record gets its own).
+BATCH_MAX_BYTES = 8 << 20
 
 
 def count_call(totals: DriverTotals | DriverSummary, record: DriverCallRecord) -> None:
@@ -50,6 +54,15 @@ def count_call(totals: DriverTotals | DriverSummary, record: DriverCallRecord) -
     add_call(
         totals, status=record.status, usage=record.usage, cost_usd=record.cost_usd, latency_s=record.latency_s
     )
+
+
+def _put_batch(store: ObjectStore, layout: RunLayout, chunk: Sequence[tuple[int, str]]) -> None:
+    """Write (call number, line) pairs as one batch object (logged and lost when the store fails)."""
+    first, last = min(i for i, _ in chunk), max(i for i, _ in chunk)
+    try:
+        store.put_bytes(layout.driver_call_batch(first), encode_batch(line for _, line in chunk))
+    except Exception:
+        log.exception("could not write driver calls %d-%d (%d) to the store", first, last, len(chunk))
 
 
 def _compact(doc: dict[str, Any]) -> str:
@@ -242,8 +255,7 @@ class Meter:
             except queue.Empty:
                 pass
             try:
-                for record, _ in batch:
-                    self._write_call(record)
+                self._write_calls([record for record, _ in batch])
                 self.flush_summary()
                 for _, newly in batch:
                     if newly is not None and self._on_exhausted is not None:
@@ -269,17 +281,36 @@ class Meter:
         with self._lock:
             return self.summary.model_copy(deep=True)
 
-    def _write_call(self, record: DriverCallRecord) -> None:
-        if self._store is None or self._layout is None:
-            return
+    def _encode(self, record: DriverCallRecord) -> str | None:
+        """The record's line: compact JSON, scrubbed of secrets (None, logged, when it cannot be)."""
         try:
             doc = record.to_json()
             text = _compact(doc)
             if may_hold_secrets(text, self._secrets):  # most records do not: no walk
                 text = _compact(scrub_record(doc, self._secrets))
-            self._store.put_bytes(self._layout.driver_call(record.index), text.encode() + b"\n")
+            return text
         except Exception:
-            log.exception("could not write driver call %d to the store", record.index)
+            log.exception("could not encode driver call %d", record.index)
+            return None
+
+    def _write_calls(self, records: Sequence[DriverCallRecord]) -> None:
+        """One batch's records as `driver/calls/<n>.jsonl` objects (split at `BATCH_MAX_BYTES`)."""
+        store, layout = self._store, self._layout
+        if store is None or layout is None:
+            return
+        chunk: list[tuple[int, str]] = []
+        size = 0
+        for record in records:
+            line = self._encode(record)
+            if line is None:
+                continue
+            if chunk and size + len(line) > BATCH_MAX_BYTES:
+                _put_batch(store, layout, chunk)
+                chunk, size = [], 0
+            chunk.append((record.index, line))
+            size += len(line) + 1
+        if chunk:
+            _put_batch(store, layout, chunk)
 
     def flush_summary(self) -> None:
         """Write the summary as it is now (the writer after each batch; `close`)."""

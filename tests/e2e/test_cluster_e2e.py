@@ -37,6 +37,7 @@ from kubernetes import client
 
 from a2rl.constants import API_GROUP, API_VERSION, BENCHSUBMISSION_PLURAL, LABEL_COMPONENT, LABEL_RUN_UID
 from a2rl.paths import cache_dir
+from a2rl.records.driver_calls import iter_driver_calls
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
 from a2rl.tracing.context import run_traceparent
@@ -403,9 +404,9 @@ def test_a_stack_run_drives_claude_code_through_its_gateway_pod_and_the_budget_e
     assert summary["budget"]["exhausted"] is True and summary["budget"]["refused_calls"] >= 1
     assert run["status"]["driverTokens"] == summary["total_tokens"] >= 1000
     assert run["status"]["driverCostUSD"] == pytest.approx(summary["cost_usd"])
-    calls = sorted(k for k in store.list(f"{layout.prefix}/driver/calls"))
-    assert len(calls) == summary["calls"] > upstream_calls  # the refused ones are recorded too
-    first = store.get_json(calls[0])
-    assert first["upstream_url"].startswith(driver.url) and first["status"] == 200
+    calls = list(iter_driver_calls(store, layout))
+    assert [c.index for c in calls] == list(range(1, summary["calls"] + 1))
+    assert len(calls) > upstream_calls  # the refused ones are recorded too
+    assert calls[0].upstream_url.startswith(driver.url) and calls[0].status == 200
     for key in store.list(layout.prefix):
         assert UPSTREAM_KEY.encode() not in store.get_bytes(key), key

@@ -29,6 +29,7 @@ import pytest
 from kubernetes import client
 
 from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, LABEL_COMPONENT, LABEL_RUN_UID
+from a2rl.records.driver_calls import iter_driver_calls
 from a2rl.store.base import ObjectStore
 from a2rl.store.cas import TreeManifest, restore_tree
 from tests.node.conftest import RealCluster, _log, follow, run_images
@@ -117,7 +118,7 @@ def test_a_stack_run_drives_claude_code_through_its_gateway_pod_in_real_containe
     summary = store.get_json(layout.driver_summary)
     assert summary["budget"]["exhausted"] is True and summary["budget"]["refused_calls"] >= 1
     assert st["driverTokens"] == summary["total_tokens"] >= 1000
-    calls = list(store.list(layout.driver_calls))
+    calls = list(iter_driver_calls(store, layout))
     assert len(calls) == summary["calls"] > len(upstream_calls)  # the refused calls are recorded too
     report = store.get_json(f"{layout.report_dir}/report.json")
     assert report["baseline_score"] == st["baselineScore"] is not None

@@ -14,7 +14,8 @@ import pytest
 from a2rl_gateway import Gateway, GatewayConfig, new_run_token
 
 from a2rl.records.base import load_record
-from a2rl.records.driver import DriverCallRecord, DriverSummary
+from a2rl.records.driver import DriverSummary
+from a2rl.records.driver_calls import iter_driver_calls
 from a2rl.store.layout import RunLayout
 from a2rl.store.local import LocalStore
 from tests.support.driver_server import DriverServer, default_script
@@ -163,8 +164,9 @@ def test_the_default_script_through_the_gateway_is_metered_exactly(
     layout = RunLayout.from_prefix(PREFIX)
     played = [r for r in driver.model_calls() if r.kind == "step"]
     assert len(played) == steps
+    recorded = {r.index: r for r in iter_driver_calls(store, layout)}
     for n, step in enumerate(played, start=1):
-        rec = load_record(store, layout.driver_call(n), DriverCallRecord)
+        rec = recorded[n]
         assert rec.stream is stream and rec.usage is not None and rec.status == 200
         assert tool_arguments(provider, case, rec.response_body) == step.tool_arguments
 

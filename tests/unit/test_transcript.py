@@ -3,14 +3,15 @@ Messages, OpenAI Chat Completions, Responses, Gemini), the escaped HTML page and
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from a2rl_grader.report.transcript import render_transcript_html
 from a2rl_grader.report.write import write_report
 
-from a2rl.records.base import write_record
 from a2rl.records.driver import DriverCallRecord, DriverUsage
+from a2rl.records.driver_calls import encode_batch
 from a2rl.redaction import REDACTED, redact_secrets
 from a2rl.trajectory.transcript import (
     MAX_TEXT_BYTES,
@@ -286,8 +287,8 @@ def test_html_escapes_hostile_agent_text() -> None:
 
 def test_write_report_writes_and_links_the_transcript(tmp_path: Path) -> None:
     w = sample_run(tmp_path)
-    for rec in anthropic_calls():
-        write_record(w.store, w.layout.driver_call(rec.index), rec)
+    calls = anthropic_calls()
+    w.store.put_bytes(w.layout.driver_call_batch(1), encode_batch(json.dumps(r.to_json()) for r in calls))
     write_report(w.store, w.layout)
     page = w.store.get_bytes(f"{w.layout.report_dir}/transcript.html").decode()
     assert "step 100 loss 0.412" in page and "&lt;script&gt;" in page and "1:00 call 1" in page

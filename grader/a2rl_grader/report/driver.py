@@ -2,7 +2,7 @@
 
 Totals (the whole run's and each model's) are the gateway's own, from `driver/summary.json`;
 without a summary they are added up from the call records. Refusals, latency percentiles and the
-first and last call come from the call records (`driver/calls/<n>.json`). Pure functions of a
+first and last call come from the call records (`driver/calls/`). Pure functions of a
 `RunHistory`; None when the run has neither (no driver, or not one call).
 """
 

@@ -21,6 +21,7 @@ from a2rl.constants import BASELINE_INDEX
 from a2rl.errors import NotFoundError
 from a2rl.records.base import read_record
 from a2rl.records.driver import DriverCallRecord, DriverSummary, DriverUsage
+from a2rl.records.driver_calls import iter_driver_calls
 from a2rl.records.result import ResultRecord, checked_result
 from a2rl.records.revision import CodeRevision
 from a2rl.records.submission import SubmissionManifest
@@ -34,7 +35,6 @@ NO_RESULT_ERROR = "no result"
 
 _SUBMISSION_KEY = re.compile(r"/submissions/(\d+)/(manifest|result|seal)\.json$")
 _REVISION_KEY = re.compile(r"/revisions/(\d+)\.json$")
-_DRIVER_CALL_KEY = re.compile(r"/driver/calls/(\d+)\.json$")
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ class Revision:
 
 @dataclass(frozen=True)
 class DriverCall:
-    """`driver/calls/<n>.json` without its bodies and headers: what the report counts."""
+    """A call record (`driver/calls/<n>.jsonl`) without its bodies and headers: what the report counts."""
 
     index: int
     started_at: datetime | None
@@ -281,13 +281,8 @@ def load_history(store: ObjectStore, layout: RunLayout, *, run_key: bytes | None
 
 
 def load_driver_calls(store: ObjectStore, layout: RunLayout) -> tuple[DriverCall, ...]:
-    """Every readable `driver/calls/<n>.json`, slimmed (bodies dropped after reading), by index."""
-    calls = []
-    for key in store.list(layout.driver_calls):
-        data = read_record(store, key, DriverCallRecord) if _DRIVER_CALL_KEY.search(key) else None
-        if data is not None:
-            calls.append(DriverCall.from_record(data))
-    return tuple(sorted(calls, key=lambda c: c.index))
+    """Every readable call record (`driver/calls/`), slimmed (bodies dropped after reading), by index."""
+    return tuple(DriverCall.from_record(r) for r in iter_driver_calls(store, layout))
 
 
 def load_agent_events(store: ObjectStore, layout: RunLayout) -> tuple[dict[str, Any], ...] | None:

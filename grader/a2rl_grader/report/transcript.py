@@ -11,12 +11,10 @@ page: inline CSS, no scripts.
 from __future__ import annotations
 
 import html
-import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
-from a2rl.records.base import read_record
-from a2rl.records.driver import DriverCallRecord
+from a2rl.records.driver_calls import iter_driver_calls
 from a2rl.runs import parse_time
 from a2rl.store.base import ObjectStore
 from a2rl.store.layout import RunLayout
@@ -24,7 +22,6 @@ from a2rl.trajectory.transcript import TOOL_CALL, TOOL_RESULT, Block, Message, S
 from a2rl_grader.report.times import clock, seconds_since
 
 TRANSCRIPT_HTML = "transcript.html"
-_DRIVER_CALL_KEY = re.compile(r"/driver/calls/(\d+)\.json$")
 
 _CSS = (
     "body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
@@ -41,22 +38,9 @@ _CSS = (
 )
 
 
-def call_records(store: ObjectStore, layout: RunLayout) -> Iterator[DriverCallRecord]:
-    """The run's readable driver call records, by index, read one at a time."""
-    keys = []
-    for key in store.list(layout.driver_calls):
-        m = _DRIVER_CALL_KEY.search(key)
-        if m:
-            keys.append((int(m.group(1)), key))
-    for _, key in sorted(keys):
-        record = read_record(store, key, DriverCallRecord)
-        if record is not None:
-            yield record
-
-
 def load_transcript(store: ObjectStore, layout: RunLayout) -> list[Step]:
     builder = TranscriptBuilder()
-    steps = (builder.add(r) for r in call_records(store, layout))
+    steps = (builder.add(r) for r in iter_driver_calls(store, layout))
     return [s for s in steps if s is not None]
 
 
