@@ -23,6 +23,12 @@ phase the bench waits until every call's record is in the store ("settled": how 
 lagged) and at the end checks that each gateway's summary counted every call it was sent. The
 load average is printed with every round: the machine may be shared. It prints figures; it
 asserts nothing.
+
+`--pin` gives each relay (gateways, bare relays) the last CPU and the client and upstream the
+others, in every phase, direct ones included: a relay's CPU then cannot slow the endpoints down,
+as when the gateway runs in a pod of its own, and the ratio says whether the relay keeps up with
+them. Without it (the default) all share every CPU and the ratio measures the relay's CPU per call
+against the endpoints'.
 """
 
 from __future__ import annotations
@@ -209,6 +215,12 @@ def start_bare(python: str, mode: str, upstream: int) -> Target:
     return Target(f"bare-{mode}", port, proc)
 
 
+def pin(pid: int, cpus: set[int]) -> None:
+    """Bind every thread of process `pid` (and what they start later) to `cpus`."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
 def _records(t: Target) -> int | None:
     if t.store is None:
         return None
@@ -313,9 +325,24 @@ def main() -> int:
         help="the upstream waits this long before each answer (a provider's latency; default 0: the "
         "scripted driver's CPU alone, the gateway's worst case)",
     )
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="relays on the last CPU, client and upstream on the others (a gateway in a pod of its own)",
+    )
     args = ap.parse_args()
 
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {os.cpu_count()} CPUs, {load()}", flush=True)
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pin and len(cpus) < 2:
+        raise SystemExit("--pin needs two CPUs or more")
+    relay_cpus, endpoint_cpus = set(cpus[-1:]), set(cpus[:-1])
+    if args.pin:
+        pin(os.getpid(), endpoint_cpus)  # the client's threads, started later, inherit it
+    pinning = f"; relays on CPU {cpus[-1]}, client and upstream on {sorted(endpoint_cpus)}"
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')} {len(cpus)} CPUs, {load()}{pinning if args.pin else ''}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="a2rl-bench-gw-") as tmp:
         upstream = start_upstream(args.python, args.upstream_ms)
 
@@ -331,6 +358,10 @@ def main() -> int:
             [start_bare(args.python, m, upstream.port) for m in ("threads", "aiohttp")] if args.floor else []
         )
         targets = [upstream, *gateways, *bare]
+        if args.pin:
+            for t in targets:
+                assert t.proc is not None
+                pin(t.proc.pid, endpoint_cpus if t is upstream else relay_cpus)
         try:
             for r in range(args.rounds):
                 order = targets[r % len(targets) :] + targets[: r % len(targets)]

@@ -16,7 +16,7 @@ call in the store and emits a GenAI span per call.
     spans.py     GenAI semantic-convention span attributes                          (pure)
     meter.py     Meter: totals, budget state, records in the store
     http1.py     the HTTP/1.1 server on asyncio (llhttp): connections, their bounds and deadlines
-    upstream.py  Upstream: the pooled client to the provider (aiohttp)
+    upstream.py  Upstream: the pooled client to the provider (HTTP/1.1 on llhttp)
     server.py    the call handler: token, route, slot, body, checks, budget, relay, metering
     gateway.py   Gateway: the in-process API (the event loop in a thread of its own)
     app.py       `a2rl gateway serve`
