@@ -284,10 +284,10 @@ class Meter:
     def _encode(self, record: DriverCallRecord) -> str | None:
         """The record's line: compact JSON, scrubbed of secrets (None, logged, when it cannot be)."""
         try:
-            doc = record.to_json()
-            text = _compact(doc)
+            # pydantic's own encoder: a quarter of the CPU of `model_dump` and then `json.dumps`
+            text = record.model_dump_json(ensure_ascii=True)
             if may_hold_secrets(text, self._secrets):  # most records do not: no walk
-                text = _compact(scrub_record(doc, self._secrets))
+                text = _compact(scrub_record(record.to_json(), self._secrets))
             return text
         except Exception:
             log.exception("could not encode driver call %d", record.index)

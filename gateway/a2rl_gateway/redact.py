@@ -11,6 +11,7 @@ a tool result reaches neither the record nor the run's transcript.
 
 from __future__ import annotations
 
+import functools
 import json
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -74,9 +75,15 @@ def may_hold_secrets(text: str, secrets: Sequence[str]) -> bool:
     """Whether a record's JSON text may hold a known secret or credential-shaped text: it holds
     one of the secrets (escaped as JSON escapes them) or a prefix of a `SECRET_PATTERNS` pattern.
     When it does not, `scrub_record` would change nothing: most records need no walk."""
+    return any(n in text for n in _needles(tuple(secrets)))
+
+
+@functools.lru_cache(maxsize=8)
+def _needles(secrets: tuple[str, ...]) -> tuple[str, ...]:
+    """What `may_hold_secrets` looks for (a gateway's secrets are fixed: built once)."""
     needles = [json.dumps(s)[1:-1] for s in secrets if s and len(s) >= MIN_SECRET_LEN]
     needles += [prefix for prefixes, _ in SECRET_PATTERNS for prefix in prefixes]
-    return any(n in text for n in needles)
+    return tuple(needles)
 
 
 def scrub_record(doc: dict[str, Any], secrets: Sequence[str]) -> dict[str, Any]:
