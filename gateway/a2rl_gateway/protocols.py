@@ -165,12 +165,15 @@ def presented_tokens(headers: Iterable[tuple[str, str]], query: str) -> list[str
     scheme, _, value = auth.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         found.append(value.strip())
-    found += [v for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True) if k == "key" and v]
+    if query:
+        found += [v for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True) if k == "key" and v]
     return found
 
 
 def forwarded_query(query: str) -> str:
     """The query string without `key=` (the agent's token must not reach the upstream)."""
+    if not query:
+        return ""
     pairs = [(k, v) for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True) if k != "key"]
     return urllib.parse.urlencode(pairs)
 
