@@ -133,6 +133,10 @@ class _Connection(asyncio.Protocol):
         pass
 
     # --- httptools callbacks -------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self._complete:  # a second answer to one request (in the same read as the first)
+            raise UpstreamError("the upstream sent bytes no request asked for")
+
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
 

@@ -549,3 +549,15 @@ def test_an_https_upstream_goes_through_the_proxy_in_a_tunnel(
     assert all("proxy-authorization" not in h.lower() for h in server.heads)
     proxy.close()
     server.close()
+
+
+def test_bytes_after_the_answer_close_the_connection_and_leave_the_answer_whole() -> None:
+    # A second answer in the same segment as the first: nothing asked for it.
+    server = Scripted([[ANSWER + ANSWER]], then="hang")
+
+    async def calls(upstream: Upstream) -> None:
+        assert await get(upstream, f"http://127.0.0.1:{server.port}/") == b"{}"
+        assert not any(upstream._idle.values())  # not reused: the next answer would be that one
+
+    with_upstream(calls)
+    server.close()
