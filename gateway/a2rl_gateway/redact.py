@@ -17,6 +17,8 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from a2rl.redaction import MIN_SECRET_LEN, REDACTED, SECRET_PATTERNS, redact_known, redact_secrets
 
 SECRET_HEADERS = frozenset(
@@ -73,7 +75,8 @@ def _map_strings(value: Any, scrub: Callable[[str], str]) -> Any:
 
 def may_hold_secrets(text: str, secrets: Sequence[str]) -> bool:
     """Whether a record's JSON text may hold a known secret or credential-shaped text: it holds
-    one of the secrets (escaped as JSON escapes them) or a prefix of a `SECRET_PATTERNS` pattern.
+    one of the secrets (escaped as `json.dumps` or pydantic's `model_dump_json(ensure_ascii=True)`
+    escapes them: they differ on DEL) or a prefix of a `SECRET_PATTERNS` pattern.
     When it does not, `scrub_record` would change nothing: most records need no walk."""
     return any(n in text for n in _needles(tuple(secrets)))
 
@@ -81,9 +84,17 @@ def may_hold_secrets(text: str, secrets: Sequence[str]) -> bool:
 @functools.lru_cache(maxsize=8)
 def _needles(secrets: tuple[str, ...]) -> tuple[str, ...]:
     """What `may_hold_secrets` looks for (a gateway's secrets are fixed: built once)."""
-    needles = [json.dumps(s)[1:-1] for s in secrets if s and len(s) >= MIN_SECRET_LEN]
+    kept = [s for s in secrets if s and len(s) >= MIN_SECRET_LEN]
+    needles = list(dict.fromkeys([json.dumps(s)[1:-1] for s in kept] + [_pydantic_json(s) for s in kept]))
     needles += [prefix for prefixes, _ in SECRET_PATTERNS for prefix in prefixes]
     return tuple(needles)
+
+
+def _pydantic_json(text: str) -> str:
+    return _STR.dump_json(text, ensure_ascii=True).decode()[1:-1]
+
+
+_STR = TypeAdapter(str)
 
 
 def scrub_record(doc: dict[str, Any], secrets: Sequence[str]) -> dict[str, Any]:

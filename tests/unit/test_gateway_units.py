@@ -645,8 +645,8 @@ def test_span_attributes_follow_the_genai_conventions() -> None:
 
 @pytest.mark.parametrize(
     "secret",
-    ["upstream-key-0123456789", 'key-with-"quote"-and-\\', "ключ-не-ascii-0123"],
-    ids=["plain", "escaped", "unicode"],
+    ["upstream-key-0123456789", 'key-with-"quote"-and-\\', "ключ-не-ascii-0123", "key-\x7f-del-0123456"],
+    ids=["plain", "escaped", "unicode", "del"],
 )
 def test_a_record_is_walked_only_when_its_text_may_hold_a_secret(secret: str) -> None:
     clean = {"request_body": {"messages": [{"content": "train a model"}]}, "path": "/v1/messages"}
@@ -659,6 +659,8 @@ def test_a_record_is_walked_only_when_its_text_may_hold_a_secret(secret: str) ->
     ):
         text = json.dumps(doc, sort_keys=True)
         assert may_hold_secrets(text, [secret])
+        as_written = DriverCallRecord(index=0, request_body=doc).model_dump_json(ensure_ascii=True)
+        assert may_hold_secrets(as_written, [secret])  # the gateway's writer encodes records so
         scrubbed = scrub_record(doc, [secret])
         assert scrubbed == redact_patterns(redact_value(doc, [secret])) != doc
         assert secret not in json.dumps(scrubbed, ensure_ascii=False) and REDACTED in json.dumps(scrubbed)
