@@ -90,11 +90,11 @@ def _needles(secrets: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(needles)
 
 
+_STR = TypeAdapter(str)
+
+
 def _pydantic_json(text: str) -> str:
     return _STR.dump_json(text, ensure_ascii=True).decode()[1:-1]
-
-
-_STR = TypeAdapter(str)
 
 
 def scrub_record(doc: dict[str, Any], secrets: Sequence[str]) -> dict[str, Any]:

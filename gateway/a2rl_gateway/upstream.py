@@ -70,8 +70,7 @@ def _reason(exc: BaseException) -> str:
 class _Connection(asyncio.Protocol):
     """One upstream connection: one request at a time, its answer parsed as it arrives."""
 
-    def __init__(self, key: _PoolKey, timeout_s: float) -> None:
-        self.key = key
+    def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
@@ -390,7 +389,7 @@ class Upstream:
         scheme, host, port, _ = key
         loop = asyncio.get_running_loop()
         tls = scheme == "https"
-        conn = _Connection(key, self.timeout_s)
+        conn = _Connection(self.timeout_s)
         try:
             if proxy is None:
                 await asyncio.wait_for(

@@ -32,15 +32,34 @@ GZIPPED = (
 )
 
 
-class RawServer:
-    """An HTTP/1.1 server on loopback answering each request with `ANSWER`, and then, per
-    `mode`: `keep` the connection; `close` it at once (no `Connection: close`: an idle close);
-    `drop-second` close without an answer when a second request arrives on a connection (the
-    upstream's idle close racing the send); `drop-first` close without any answer; `gzip` answer
-    gzip-compressed. `seen` lists the request lines in arrival order, `heads` the whole heads."""
+def read_request(conn: socket.socket, buf: bytes) -> tuple[bytes, bytes] | None:
+    """The next request's head on `conn` (after the bytes `buf` already read) with its
+    `Content-Length` body read past, and what was read beyond it; None when the client closed."""
+    while b"\r\n\r\n" not in buf:
+        data = conn.recv(65536)
+        if not data:
+            return None
+        buf += data
+    head, buf = buf.split(b"\r\n\r\n", 1)
+    length = sum(
+        int(h.split(b":")[1]) for h in head.lower().split(b"\r\n") if h.startswith(b"content-length:")
+    )
+    while len(buf) < length:
+        buf += conn.recv(65536)
+    return head, buf[length:]
 
-    def __init__(self, mode: str) -> None:
+
+class RawServer:
+    """An HTTP/1.1 server on loopback (over TLS with `context`) answering each request with
+    `ANSWER`, and then, per `mode`: `keep` the connection; `close` it at once (no `Connection:
+    close`: an idle close); `drop-second` close without an answer when a second request arrives on
+    a connection (the upstream's idle close racing the send); `drop-first` close without any
+    answer; `gzip` answer gzip-compressed. `seen` lists the request lines in arrival order, `heads`
+    the whole heads."""
+
+    def __init__(self, mode: str, context: ssl.SSLContext | None = None) -> None:
         self.mode = mode
+        self.context = context
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.seen: list[str] = []
@@ -57,24 +76,16 @@ class RawServer:
             self.accepted += 1
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _serve(self, raw: socket.socket) -> None:
+        try:
+            conn = raw if self.context is None else self.context.wrap_socket(raw, server_side=True)
+        except (ssl.SSLError, OSError):
+            raw.close()
+            return
         with conn:
             buf, served = b"", 0
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                head, buf = buf.split(b"\r\n\r\n", 1)
-                length = [
-                    int(h.split(b":")[1])
-                    for h in head.lower().split(b"\r\n")
-                    if h.startswith(b"content-length:")
-                ]
-                while len(buf) < sum(length):
-                    buf += conn.recv(65536)
-                buf = buf[sum(length) :]
+            while (request := read_request(conn, buf)) is not None:
+                head, buf = request
                 self.seen.append(head.split(b"\r\n", 1)[0].decode())
                 self.heads.append(head.decode())
                 if (self.mode == "drop-second" and served == 1) or self.mode == "drop-first":
@@ -101,11 +112,16 @@ async def get(upstream: Upstream, url: str) -> bytes:
         return await resp.read()
 
 
-def with_upstream(calls: Callable[[Upstream], Awaitable[None]]) -> Upstream:
+def with_upstream(
+    calls: Callable[[Upstream], Awaitable[None]],
+    *,
+    timeout_s: float = 10,
+    context: ssl.SSLContext | None = None,
+) -> Upstream:
     """Run `calls` against a fresh `Upstream` in an event loop of their own; the upstream, closed."""
 
     async def main() -> Upstream:
-        upstream = Upstream(10)
+        upstream = Upstream(timeout_s, context=context)
         await upstream.open()
         try:
             await calls(upstream)
@@ -236,21 +252,11 @@ class Scripted:
         with conn:
             buf = b""
             for answer in self.answers:
-                while b"\r\n\r\n" not in buf:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                head, buf = buf.split(b"\r\n\r\n", 1)
+                request = read_request(conn, buf)
+                if request is None:
+                    return
+                head, buf = request
                 self.heads.append(head)
-                length = sum(
-                    int(h.split(b":")[1])
-                    for h in head.lower().split(b"\r\n")
-                    if h.startswith(b"content-length:")
-                )
-                while len(buf) < length:
-                    buf += conn.recv(65536)
-                buf = buf[length:]
                 for piece in answer:
                     conn.sendall(piece)
                     time.sleep(self.gap_s)
@@ -319,15 +325,7 @@ def test_an_upstream_silent_past_the_timeout_is_an_error() -> None:
                 await resp.read()
         assert time.monotonic() - t0 < 2
 
-    async def main() -> None:
-        upstream = Upstream(0.3)
-        await upstream.open()
-        try:
-            await calls(upstream)
-        finally:
-            await upstream.close()
-
-    asyncio.run(main())
+    with_upstream(calls, timeout_s=0.3)
     server.close()
 
 
@@ -401,54 +399,6 @@ def _tls_pair(tmp: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     return server, client
 
 
-class TLSServer:
-    """`RawServer`'s `keep` mode over TLS."""
-
-    def __init__(self, context: ssl.SSLContext) -> None:
-        self.context = context
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.heads: list[str] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                raw, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
-
-    def _serve(self, raw: socket.socket) -> None:
-        try:
-            conn = self.context.wrap_socket(raw, server_side=True)
-        except (ssl.SSLError, OSError):
-            raw.close()
-            return
-        with conn:
-            buf = b""
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                head, buf = buf.split(b"\r\n\r\n", 1)
-                self.heads.append(head.decode())
-                length = sum(
-                    int(h.split(b":")[1])
-                    for h in head.lower().split(b"\r\n")
-                    if h.startswith(b"content-length:")
-                )
-                while len(buf) < length:
-                    buf += conn.recv(65536)
-                buf = buf[length:]
-                conn.sendall(ANSWER)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 class ConnectProxy:
     """A CONNECT proxy on loopback that tunnels every request to `127.0.0.1:<port>` whatever the
     host it names (`upstream.test` resolves nowhere); `requests` are the CONNECT heads."""
@@ -469,14 +419,11 @@ class ConnectProxy:
             threading.Thread(target=self._tunnel, args=(client,), daemon=True).start()
 
     def _tunnel(self, client: socket.socket) -> None:
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            data = client.recv(65536)
-            if not data:
-                client.close()
-                return
-            buf += data
-        self.requests.append(buf.split(b"\r\n\r\n", 1)[0].decode())
+        request = read_request(client, b"")
+        if request is None:
+            client.close()
+            return
+        self.requests.append(request[0].decode())
         upstream = socket.create_connection(("127.0.0.1", self.to))
         client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
 
@@ -494,35 +441,22 @@ class ConnectProxy:
         self.sock.close()
 
 
-def _with_context(context: ssl.SSLContext, calls: Callable[[Upstream], Awaitable[None]]) -> Upstream:
-    async def main() -> Upstream:
-        upstream = Upstream(10, context=context)
-        await upstream.open()
-        try:
-            await calls(upstream)
-        finally:
-            await upstream.close()
-        return upstream
-
-    return asyncio.run(main())
-
-
 def test_an_https_upstream_is_verified_and_its_connection_kept(tmp_path: Path) -> None:
     server_ctx, client_ctx = _tls_pair(tmp_path)
-    server = TLSServer(server_ctx)
+    server = RawServer("keep", server_ctx)
 
     async def calls(upstream: Upstream) -> None:
         for _ in range(3):
             assert await get(upstream, f"https://127.0.0.1:{server.port}/v1/messages") == b"{}"
 
-    assert _with_context(client_ctx, calls).opened == 1
+    assert with_upstream(calls, context=client_ctx).opened == 1
     assert server.heads[0].startswith("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1:")
 
     async def untrusted(upstream: Upstream) -> None:  # the system's roots do not know this one
         with pytest.raises(UpstreamError, match="CERTIFICATE_VERIFY_FAILED"):
             await get(upstream, f"https://127.0.0.1:{server.port}/v1/messages")
 
-    _with_context(ssl.create_default_context(), untrusted)
+    with_upstream(untrusted, context=ssl.create_default_context())
     server.close()
 
 
@@ -530,7 +464,7 @@ def test_an_https_upstream_goes_through_the_proxy_in_a_tunnel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server_ctx, client_ctx = _tls_pair(tmp_path)
-    server = TLSServer(server_ctx)
+    server = RawServer("keep", server_ctx)
     proxy = ConnectProxy(server.port)
     monkeypatch.setenv("HTTPS_PROXY", f"http://agent:s%40cret@127.0.0.1:{proxy.port}")
     monkeypatch.setenv("NO_PROXY", "")
@@ -539,7 +473,7 @@ def test_an_https_upstream_goes_through_the_proxy_in_a_tunnel(
         for _ in range(2):
             assert await get(upstream, "https://upstream.test/v1/chat/completions") == b"{}"
 
-    assert _with_context(client_ctx, calls).opened == 1
+    assert with_upstream(calls, context=client_ctx).opened == 1
     assert len(proxy.requests) == 1
     connect = proxy.requests[0].split("\r\n")
     assert connect[0] == "CONNECT upstream.test:443 HTTP/1.1"
