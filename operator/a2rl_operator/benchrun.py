@@ -76,7 +76,7 @@ from a2rl_operator.grading import decisions as gr
 from a2rl_operator.grading import kube as gk
 from a2rl_operator.grading.config import GradingConfig
 from a2rl_operator.grading.store import RunStore
-from a2rl_operator.kube import Kube, NameConflictError, NamespaceTerminatingError, plain
+from a2rl_operator.kube import Kube, NameConflictError, NamespaceTerminatingError, owned_by, plain
 from a2rl_operator.manifests import parse_spec, workspace_children
 from a2rl_operator.manifests.common import workspace_name
 from a2rl_operator.manifests.gateway import GATEWAY_CONTAINER, has_gateway, new_gateway_token
@@ -89,6 +89,7 @@ from a2rl_operator.metrics import timed
 from a2rl_operator.retention import retain
 from a2rl_operator.run_tracing import now_ns, operator_tracing, record_root_span, record_run_span
 from a2rl_operator.status_writer import ChangesFor, run_ref, write_status
+from a2rl_operator.watched import WatchedChildren
 
 Body = dict[str, Any]
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -103,6 +104,8 @@ PIN_RETRY_S = 10.0
 _SEEN = SeenStates()
 #: Runs whose children changed before their first status was written.
 _DEFERRED = Deferred()
+#: The workspace Jobs and pods as their watches last delivered them (read by `refresh`).
+_WATCHED = WatchedChildren()
 
 
 # --- validation that the CRD schema cannot express -------------------------------------------
@@ -273,16 +276,17 @@ def refresh(
             return []
         _DEFERRED.take(run["metadata"]["uid"])
     uid = run["metadata"]["uid"]
-    # The run, then its pod, then the Job: what says the budget clock started is read before the
-    # Job, so a Job read suspended after it was evicted (`st.Observation.budget_started`).
-    pod = kube.newest_pod(namespace, uid, COMPONENT_AGENT)
-    job = kube.get_job(namespace, workspace_name(run))
-    if job is not None and not any(o.get("uid") == uid for o in job["metadata"].get("ownerReferences") or []):
-        job = None
-    if job is None:
-        pod = None
-    summary = driver_usage.read_summary(run, config) if config is not None else None
     queue_name = (run.get("spec") or {}).get("queueName")
+    job_name = workspace_name(run)
+    pod, job = _WATCHED.children(
+        namespace,
+        uid,
+        job_name,
+        queued=bool(queue_name),
+        read_pod=lambda: kube.newest_pod(namespace, uid, COMPONENT_AGENT),
+        read_job=lambda: kube.get_job(namespace, job_name),
+    )
+    summary = driver_usage.read_summary(run, config) if config is not None else None
     workload = None
     if job is not None and queue_name:  # Kueue's Workload of the Job: why it waits, an eviction
         workload = queueing.find_workload(kube.custom, namespace, job["metadata"]["uid"])
@@ -424,10 +428,12 @@ def _refresh_observed(memo: Any, owner: tuple[str, str], uid: str) -> None:
 
 
 def on_job(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
+    _WATCHED.saw_job(plain(body), type)
     _refresh_on_change(body, memo, type, job_fingerprint(body))
 
 
 def on_pod(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
+    _WATCHED.saw_pod(plain(body), type)
     _refresh_on_change(body, memo, type, pod_fingerprint(body))
 
 
@@ -513,13 +519,6 @@ def mark_graded(kube: Kube, namespace: str, name: str) -> None:
 # --- the steps ----------------------------------------------------------------------------------
 
 
-def _owned(obj: Body | None, uid: str) -> Body | None:
-    if obj is None:
-        return None
-    owners = obj["metadata"].get("ownerReferences") or []
-    return obj if any(o.get("uid") == uid for o in owners) else None
-
-
 def prepare_report(
     kube: Kube, run: Body, store: RunStore, subs: list[Body], *, config: OperatorConfig, logger: Logger
 ) -> None:
@@ -577,7 +576,7 @@ def advance(kube: Kube, config: OperatorConfig, namespace: str, name: str, *, lo
     store = RunStore.open(uri, RunLayout(meta["namespace"], meta["name"], meta["uid"]))
     subs = gk.list_submissions(kube, namespace, name, meta["uid"])
     job_name = report_job_name(name)
-    job = _owned(kube.get_job(namespace, job_name), meta["uid"])
+    job = owned_by(kube.get_job(namespace, job_name), meta["uid"])
     step = gr.end_step(conds, subs, job, gr.now_utc(), config.grading.drain_timeout_s)
     report: ReportRecord | None = None
     if step.kind is gr.StepKind.START_REPORT:

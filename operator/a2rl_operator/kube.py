@@ -55,6 +55,12 @@ def discard(response: Any) -> None:
     response.release_conn()
 
 
+def owned_by(obj: Obj | None, owner_uid: str) -> Obj | None:
+    """`obj` when `owner_uid` is one of its owners, else None."""
+    owners = ((obj or {}).get("metadata") or {}).get("ownerReferences") or []
+    return obj if any(o.get("uid") == owner_uid for o in owners) else None
+
+
 def plain(body: Mapping[str, Any]) -> Obj:
     """A handler's kopf.Body as a wire dict (what the manifest builders and decisions take)."""
     return {
@@ -194,9 +200,7 @@ class Kube:
         """The object `manifest` names when it exists and `owner_uid` owns it (not for Secrets)."""
         assert manifest["kind"] not in UNREADABLE, f"the operator does not read {manifest['kind']}s"
         path = f"{self._path(manifest)}/{manifest['metadata']['name']}"
-        existing = none_if_missing(lambda: self._json("GET", path))
-        owners = ((existing or {}).get("metadata") or {}).get("ownerReferences") or []
-        return existing if any(o.get("uid") == owner_uid for o in owners) else None
+        return owned_by(none_if_missing(lambda: self._json("GET", path)), owner_uid)
 
     # --- reads ----------------------------------------------------------------------------
 
