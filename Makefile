@@ -3,6 +3,10 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 A2RL := $(VENV)/bin/a2rl
+# Our own modules' bytecode is cached (in __pycache__/, ignored by git) even where the caller's
+# environment says not to: every test spawns processes that import them (the venv's packages are
+# byte-compiled when it is synced: hack/venv).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: venv sandbox-deps node-deps node-images demo cluster-demo cluster-demo-down test test-unit test-secret-check test-under-load lint typecheck crds chart lock testenv images image-deps clean
 
