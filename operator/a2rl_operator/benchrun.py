@@ -158,6 +158,24 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
         logger.info("BenchRun %s/%s not accepted: %s", ns, name, message)
         write_status(kube, ns, name, lambda _c: st.rejection(reason, message))
         return
+    uid = meta["uid"]
+    _DEFERRED.begin(uid)  # the children's events until the first status is written: `refresh` after it
+    try:
+        existed = accept(body, kube, config, logger)
+    finally:
+        _DEFERRED.end(uid)
+    # The Job existed (a resumed run), or its pod's events came before this first status and were
+    # left alone (`_refresh_on_change`, `refresh`): observe it all.
+    if existed is not None and (_DEFERRED.take(uid) or existed):
+        refresh(kube, ns, name, config=config)
+
+
+def accept(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) -> bool | None:
+    """Create every missing child of a valid run, then write its first status (`Accepted`).
+    Returns whether the workspace Job existed already; None: not accepted (a name conflict, its
+    namespace being deleted)."""
+    meta = body["metadata"]
+    ns, name = meta["namespace"], meta["name"]
     started_ns = now_ns()
     access = store_access.run_credentials(body, parse_spec(body), config)
     run = body  # the freshest read of the run (the first status write is guarded by it)
@@ -190,10 +208,10 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
     except NameConflictError as exc:
         conflict = str(exc)
         write_status(kube, ns, name, lambda _c: st.rejection(st.R_NAME_CONFLICT, conflict))
-        return
+        return None
     except NamespaceTerminatingError:
         logger.info("BenchRun %s/%s: its namespace is being deleted; nothing created", ns, name)
-        return
+        return None
     if any(c.startswith("Secret ") for c in created):
         level = logging.WARNING if access.failed else logging.INFO
         logger.log(level, "BenchRun %s/%s: %s", ns, name, access.reason)
@@ -210,10 +228,7 @@ def reconcile(body: Body, kube: Kube, config: OperatorConfig, logger: Logger) ->
         except Exception as exc:
             logger.warning("BenchRun %s/%s: no reconcile span recorded: %s", ns, name, exc)
     write_first_status(kube, config, run, new_job)
-    # The Job existed (a resumed run), or its pod's events came before this first status and were
-    # left alone (`refresh`): observe it all.
-    if _DEFERRED.take(meta["uid"]) or new_job is None:
-        refresh(kube, ns, name, config=config)
+    return new_job is None
 
 
 def first_changes(config: OperatorConfig, new_job: Body | None, queue_name: str | None) -> ChangesFor:
@@ -414,6 +429,9 @@ def _refresh_on_change(body: kopf.Body, memo: Any, type: str | None, fingerprint
     owner = _owner_run(body)
     if owner is None or not _SEEN.is_new(uid, fingerprint):
         return
+    run_uid = (body["metadata"].get("labels") or {}).get(LABEL_RUN_UID) or ""
+    if _DEFERRED.defer_if_writing(run_uid):
+        return  # its reconcile is writing the first status, and observes the run right after
     _refresh_observed(memo, owner, uid)
 
 

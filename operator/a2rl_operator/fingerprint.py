@@ -79,12 +79,16 @@ class Deferred:
     re-observes them once the first status is written, or the change would wait for the next
     resync (a minute) with nothing else to trigger it.
 
-    Race-free with one re-read: `refresh` adds the run and then reads it again; the reconcile
-    takes it out after its write. Either the reconcile finds it, or the re-read sees `Accepted`."""
+    While this process's reconcile of a run is writing its children and first status (`begin` ..
+    `end`), a child's event is deferred without reading anything (`defer_if_writing`): the Job's
+    pod usually appears before the first status is written. Otherwise race-free with one re-read:
+    `refresh` adds the run and then reads it again; the reconcile takes it out after its write.
+    Either the reconcile finds it, or the re-read sees `Accepted`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._uids: set[str] = set()
+        self._writing: set[str] = set()
 
     def add(self, uid: str) -> None:
         with self._lock:
@@ -96,6 +100,25 @@ class Deferred:
             if uid not in self._uids:
                 return False
             self._uids.discard(uid)
+            return True
+
+    def begin(self, uid: str) -> None:
+        """The run's reconcile starts creating its children and writing its first status."""
+        with self._lock:
+            self._writing.add(uid)
+
+    def end(self, uid: str) -> None:
+        """The reconcile is done (its first status written or not); it `take`s the run next."""
+        with self._lock:
+            self._writing.discard(uid)
+
+    def defer_if_writing(self, uid: str) -> bool:
+        """True (and the run deferred) when its reconcile is between `begin` and `end`: the
+        reconcile's `take` after its write will find it."""
+        with self._lock:
+            if uid not in self._writing:
+                return False
+            self._uids.add(uid)
             return True
 
     def __len__(self) -> int:

@@ -102,3 +102,45 @@ def test_deferred_runs_are_taken_by_exactly_one_thread() -> None:
     for t in threads:
         t.join()
     assert sorted(taken) == sorted(f"run-{i}" for i in range(50))
+
+
+def test_a_childs_event_while_its_reconcile_writes_is_deferred_without_a_read() -> None:
+    deferred = Deferred()
+    assert not deferred.defer_if_writing("run-a")  # no reconcile writing: the event reads the run itself
+    deferred.begin("run-a")
+    assert deferred.defer_if_writing("run-a") and not deferred.defer_if_writing("run-b")
+    deferred.end("run-a")
+    assert not deferred.defer_if_writing("run-a")
+    assert deferred.take("run-a") and not deferred.take("run-a")  # the reconcile's look after its write
+    deferred.begin("run-c")
+    deferred.end("run-c")  # a reconcile that failed before writing: nothing deferred, nothing kept
+    assert not deferred.take("run-c") and len(deferred) == 0
+
+
+def _child_event(deferred: Deferred, uid: str, accepted: threading.Event, seen: list[str]) -> None:
+    """What `_refresh_on_change` does: defer to the writing reconcile, else read the run."""
+    if deferred.defer_if_writing(uid):
+        seen.append("deferred")
+    else:
+        seen.append("read accepted" if accepted.is_set() else "read not accepted")
+
+
+def test_every_event_during_a_reconcile_is_observed_by_it_or_sees_the_first_status() -> None:
+    """The reconcile: begin, write the first status, end, take. An event from another thread at
+    any moment after begin is either deferred (and the reconcile's take finds it) or comes after
+    end, when the first status is written and its own read sees it."""
+    outcomes: set[str] = set()
+    for i in range(300):
+        deferred, uid, accepted = Deferred(), f"run-{i}", threading.Event()
+        seen: list[str] = []
+        deferred.begin(uid)
+        child = threading.Thread(target=_child_event, args=(deferred, uid, accepted, seen))
+        child.start()
+        accepted.set()  # the first status written
+        deferred.end(uid)
+        took = deferred.take(uid)
+        child.join()
+        assert seen != ["read not accepted"]
+        assert took == (seen == ["deferred"])
+        outcomes.update(seen)
+    assert "deferred" in outcomes  # the interleaving the deferral exists for did happen
