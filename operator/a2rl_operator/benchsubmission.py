@@ -60,7 +60,7 @@ from a2rl_operator.dns_pins import PinError
 from a2rl_operator.grading import decisions as gr
 from a2rl_operator.grading import kube as gk
 from a2rl_operator.grading.store import RunStore, open_cached
-from a2rl_operator.kube import Kube, NameConflictError, NamespaceTerminatingError, plain
+from a2rl_operator.kube import Kube, NameConflictError, NamespaceTerminatingError, owned_by, plain
 from a2rl_operator.manifests import parse_spec
 from a2rl_operator.manifests.eval_job import EvalTarget, eval_job, eval_job_name
 from a2rl_operator.manifests.grading_network import UrlPeerError, grading_policy_name
@@ -285,7 +285,7 @@ def _observe(kube: Kube, config: OperatorConfig, ctx: _Context, job: Body, logge
     """The eval Job exists: wait for it, then copy its result into the status."""
     meta = ctx.sub["metadata"]
     ns = meta["namespace"]
-    if not any(o.get("uid") == meta["uid"] for o in job["metadata"].get("ownerReferences") or []):
+    if owned_by(job, meta["uid"]) is None:
         message = f"Job {ctx.job_name} exists and is not owned by this BenchSubmission"
         write(kube, ctx.sub, gr.failed(gr.R_EVAL_JOB_FAILED, message))
         return

@@ -61,6 +61,14 @@ def owned_by(obj: Obj | None, owner_uid: str) -> Obj | None:
     return obj if any(o.get("uid") == owner_uid for o in owners) else None
 
 
+def newest(objs: list[Obj]) -> Obj | None:
+    """The object created last (by `creationTimestamp`); None when there is none."""
+    if not objs:
+        return None
+    last: Obj = max(objs, key=lambda o: o["metadata"].get("creationTimestamp") or "")
+    return last
+
+
 def plain(body: Mapping[str, Any]) -> Obj:
     """A handler's kopf.Body as a wire dict (what the manifest builders and decisions take)."""
     return {
@@ -226,11 +234,7 @@ class Kube:
         selector = f"{LABEL_RUN_UID}={run_uid},{LABEL_COMPONENT}={component}"
         query = [("labelSelector", selector)]
         pods = self._json("GET", collection_path("v1", namespace, "pods"), query=query)
-        items: list[Obj] = pods.get("items") or []
-        if not items:
-            return None
-        newest: Obj = max(items, key=lambda p: p["metadata"].get("creationTimestamp") or "")
-        return newest
+        return newest(pods.get("items") or [])
 
     def patch_run(self, namespace: str, name: str, patch: Obj) -> Obj:
         """Merge-patch the BenchRun itself (metadata only: annotations); returns it as patched."""

@@ -25,7 +25,7 @@ from typing import Any
 
 from a2rl.constants import LABEL_RUN_UID
 from a2rl_operator import status as st
-from a2rl_operator.kube import owned_by
+from a2rl_operator.kube import newest, owned_by
 
 Obj = dict[str, Any]
 Read = Callable[[], Obj | None]
@@ -79,10 +79,7 @@ class WatchedChildren:
         """The run's newest watched pod (by creation time, as `Kube.newest_pod`); None: none seen."""
         with self._lock:
             pods = list((self._pods.get((namespace, run_uid)) or {}).values())
-        if not pods:
-            return None
-        newest: Obj = max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
-        return newest
+        return newest(pods)
 
     def children(
         self, namespace: str, run_uid: str, job_name: str, *, queued: bool, read_pod: Read, read_job: Read
