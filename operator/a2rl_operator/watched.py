@@ -94,13 +94,16 @@ class WatchedChildren:
         that says suspended (it may lag an admission the cached pod already shows: Preempted), and
         the pod of a finished Job, read after the Job (its last state says how the agent ended:
         `st.agent_finish`)."""
-        pod = self.newest_pod(namespace, run_uid) or read_pod()
-        job = owned_by(self.job(namespace, job_name), run_uid)
+        cached_pod = self.newest_pod(namespace, run_uid)
+        pod = cached_pod or read_pod()
+        cached_job = owned_by(self.job(namespace, job_name), run_uid)
+        job = cached_job
         if job is None or (queued and (job.get("spec") or {}).get("suspend")):
             job = owned_by(read_job(), run_uid)
         if job is None:
             return None, None
-        if st.agent_finish(job) is not None:
+        # A pod read from the API server after the Job's end was cached is already its last state.
+        if st.agent_finish(job) is not None and (cached_pod is not None or job is not cached_job):
             pod = read_pod()
         return pod, job
 

@@ -142,6 +142,14 @@ def test_a_finished_jobs_pod_is_read_after_the_job() -> None:
     finish = st.agent_finish(got_job, got_pod)
     assert finish is not None and finish.reason == REASON_DEADLINE_EXCEEDED
     assert st.terminal_for(finish).reason == st.R_BUDGET_EXHAUSTED
+    # No pod in the cache: the one read after the cached Job's end is its last state, read once.
+    only_job = WatchedChildren()
+    only_job.saw_job(job(failed=True), "MODIFIED")
+    once = Api(pod(agent=killed), job(failed=True))
+    assert children(only_job, once) == (pod(agent=killed), job(failed=True)) and once.reads == ["pod"]
+    # Nothing cached: the pod, then the Job, then the pod again (the first read may predate the end).
+    fresh = Api(pod(agent=killed), job(failed=True))
+    assert children(WatchedChildren(), fresh)[0] == pod(agent=killed) and fresh.reads == ["pod", "job", "pod"]
     # What the stale pod would have said:
     stale = st.agent_finish(got_job, pod())
     assert stale is not None and stale.reason == REASON_AGENT_FAILED
