@@ -15,7 +15,9 @@ Needs a running control plane: `hack/testenv up` prints the admin KUBECONFIG.
    the threads that create the children (not of creating the BenchRuns, which the operator does
    not do either).
 2. Operator: `a2rl operator -n <ns>` as its ServiceAccount, the same N BenchRuns; runs/s to the
-   last workspace Job (a watch), the operator's CPU time.
+   last workspace Job (a watch), the operator's CPU time. As the chart installs it on Kubernetes
+   1.36+, the finalizer policy gives the runs of that namespace the operator's finalizer as they
+   are created (`a2rl_operator.finalizer_policy`; `--no-finalizer-policy`: kopf patches it in).
 3. Teardown: each namespace deleted, timed until it is gone; the operator's namespace with the
    operator running (its finalizers), the plain one without.
 
@@ -43,12 +45,13 @@ from typing import Any, cast
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support: installing the operator is test tooling
 
+from a2rl_operator import finalizer_policy  # noqa: E402
 from a2rl_operator.config import OperatorConfig  # noqa: E402
 from a2rl_operator.kube import Kube  # noqa: E402
 from a2rl_operator.manifests import parse_spec, workspace_children, workspace_job  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 
-from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, LABEL_RUN_NAME  # noqa: E402
+from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, FINALIZER, LABEL_RUN_NAME  # noqa: E402
 from bench.operator_apply import benchrun, delete_namespace  # noqa: E402
 from tests.support.operator_install import (  # noqa: E402
     OperatorProcess,
@@ -163,14 +166,29 @@ def with_operator(admin: client.ApiClient, ns: str, n: int, proc: OperatorProces
     seen: set[str] = set()
     done = threading.Event()
 
+    def saw(job: Any) -> None:
+        run = (job.metadata.labels or {}).get(LABEL_RUN_NAME)
+        if run:
+            seen.add(run)
+
     def watch_jobs() -> None:
-        w = watch.Watch()
-        for event in w.stream(batch.list_namespaced_job, ns, timeout_seconds=900):
-            run = (event["object"].metadata.labels or {}).get(LABEL_RUN_NAME)
-            if run:
-                seen.add(run)
-                if len(seen) >= n:
-                    w.stop()
+        """Until every run has its Job: list, then watch from there; again when a watch ends early
+        (a control plane just started answers 429 "storage is (re)initializing" for a while)."""
+        deadline = time.monotonic() + 900
+        while len(seen) < n and time.monotonic() < deadline:
+            try:
+                listed = batch.list_namespaced_job(ns)
+                for job in listed.items:
+                    saw(job)
+                w = watch.Watch()
+                rv = listed.metadata.resource_version
+                for event in w.stream(batch.list_namespaced_job, ns, resource_version=rv, timeout_seconds=60):
+                    saw(event["object"])
+                    if len(seen) >= n:
+                        w.stop()
+            except Exception as exc:
+                print(f"the Job watch: {exc!r}; again", file=sys.stderr)
+                time.sleep(0.5)
         done.set()
 
     threading.Thread(target=watch_jobs, daemon=True).start()
@@ -182,6 +200,40 @@ def with_operator(admin: client.ApiClient, ns: str, n: int, proc: OperatorProces
     done.wait(900)
     elapsed = time.monotonic() - start
     return {"seconds": elapsed, "applied_s": applied, "cpu_s": proc.cpu_seconds() - cpu0, "jobs": len(seen)}
+
+
+ADMISSION = ("admissionregistration.k8s.io", "v1")
+
+
+def install_finalizer_policy(admin: client.ApiClient, ns: str) -> str:
+    """The chart's finalizer policy bound to `ns` (as `operator.watchNamespaces: [ns]` renders it),
+    once the API server applies it; returns its name."""
+    custom = client.CustomObjectsApi(admin)
+    name = f"{ns}-{finalizer_policy.NAME_SUFFIX}"
+    for plural, body in (
+        ("mutatingadmissionpolicies", finalizer_policy.policy(name)),
+        ("mutatingadmissionpolicybindings", finalizer_policy.binding(name, [ns])),
+    ):
+        custom.create_cluster_custom_object(*ADMISSION, plural, body)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            probe = custom.create_namespaced_custom_object(
+                API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL, benchrun("probe"), dry_run="All"
+            )
+            if FINALIZER in (probe["metadata"].get("finalizers") or []):
+                return name
+        except client.ApiException as exc:
+            if exc.status != 503:  # a CRD the policy's type checker has not seen yet
+                raise
+        time.sleep(0.5)
+    raise TimeoutError("the finalizer policy was not applied within 60 s")
+
+
+def remove_finalizer_policy(admin: client.ApiClient, name: str) -> None:
+    custom = client.CustomObjectsApi(admin)
+    for plural in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies"):
+        custom.delete_cluster_custom_object(*ADMISSION, plural, name)
 
 
 def main() -> int:
@@ -197,6 +249,12 @@ def main() -> int:
         default=20,
         help="runs created by the plain client first, not measured (default 20): on a control plane "
         "just started, the side measured first was the slower one",
+    )
+    parser.add_argument(
+        "--no-finalizer-policy",
+        action="store_true",
+        help="no finalizer policy: kopf patches its finalizer into each run (a cluster before 1.36, "
+        "or the chart's operator.finalizerAtCreate: false)",
     )
     parser.add_argument(
         "--plain-as-admin",
@@ -233,6 +291,8 @@ def main() -> int:
     time.sleep(2.0)  # the Job controller's pods
     plain_calls = api_requests(admin) - before
     op_ns = new_namespace(core, "operator")
+    policy = None if args.no_finalizer_policy else install_finalizer_policy(admin, op_ns)
+    print(f"finalizer policy: {policy or 'none (kopf patches the finalizer in)'}")
     # The plain client's Secrets hold the operator's keys (no store user per run): the same here.
     operator_args = ["-n", op_ns, "--store-uri", STORE_URI, "--no-scoped-store-credentials"]
     proc = OperatorProcess(kubeconfig, work / "operator.log", operator_args, port=free_port())
@@ -247,6 +307,8 @@ def main() -> int:
         op_teardown = math.nan if args.no_teardown else delete_namespace(core, op_ns, timeout=900)
     finally:
         proc.stop()
+        if policy is not None:
+            remove_finalizer_policy(admin, policy)
     plain_teardown = math.nan if args.no_teardown else delete_namespace(core, plain_ns, timeout=900)
     if warm_ns is not None and not args.no_teardown:
         core.delete_namespace(warm_ns)  # not timed

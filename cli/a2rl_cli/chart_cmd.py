@@ -1,5 +1,5 @@
 """`a2rl chart generate|check`: the Helm chart's generated files (values, schema, CRDs, RBAC, the
-task names of the admission policy) and the value table of docs/install.md."""
+finalizer policy, the task names of the admission policy) and the value table of docs/install.md."""
 
 from __future__ import annotations
 
@@ -18,7 +18,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     csub = parser.add_subparsers(dest="chart_command", metavar="SUBCOMMAND")
     csub.required = True
     for name, func, text in (
-        ("generate", _generate, "write the chart's values, schema, CRDs, RBAC and the install guide's table"),
+        (
+            "generate",
+            _generate,
+            "write the chart's values, schema, CRDs, RBAC, finalizer policy and the install guide's table",
+        ),
         ("check", _check, "exit 1 when any generated file of the chart drifted"),
     ):
         cmd = csub.add_parser(name, help=text)
@@ -33,6 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def expected_files(chart: Path, docs: Path) -> dict[Path, str]:
     """Path -> content of every generated file (the install guide: with its table regenerated)."""
+    from a2rl_operator import finalizer_policy
     from a2rl_operator.rbac import chart_template
     from a2rl_tasks import TASKS
 
@@ -46,6 +51,7 @@ def expected_files(chart: Path, docs: Path) -> dict[Path, str]:
         raise A2rlError(f"{docs}: {exc}") from None
     files = generated_files(chart)
     files[chart / "templates" / "rbac.yaml"] = chart_template()
+    files[chart / "templates" / "finalizer-policy.yaml"] = finalizer_policy.chart_template()
     # The task names the admission policy knows (`admissionPolicies.knownTasksOnly`).
     files[chart / "files" / "tasks.json"] = json.dumps(sorted(TASKS)) + "\n"
     files[docs] = guide

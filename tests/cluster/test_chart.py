@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from a2rl_operator import finalizer_policy
 from a2rl_operator.config import MetricsScraper, parse_metrics_scraper
 from a2rl_operator.manifests.common import run_labels
 from kubernetes import client
@@ -144,6 +145,29 @@ def test_helm_template_of_every_value(helm: Helm) -> None:
     assert pods["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "20s"}]
 
 
+MAP_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+
+
+@pytest.mark.parametrize(
+    ("values", "namespaces"),
+    [((), ()), (("-f", str(FULL)), ("bench-a", "bench-b"))],
+    ids=["default", "full"],
+)
+def test_the_finalizer_policy_is_the_operators_and_bound_to_the_watched_namespaces(
+    helm: Helm, values: tuple[str, ...], namespaces: tuple[str, ...]
+) -> None:
+    docs = rendered(helm, *values, "--api-versions", MAP_API, "--set", "operator.finalizerAtCreate=true")
+    full = "a2rl-bench" if values else "rel-a2rl"
+    name = f"{full}-{finalizer_policy.NAME_SUFFIX}"
+    assert docs["MutatingAdmissionPolicy", name]["spec"] == finalizer_policy.policy_spec()
+    binding = docs["MutatingAdmissionPolicyBinding", name]["spec"]
+    assert binding == finalizer_policy.binding_spec(name, namespaces)
+    # Off, or where the API server does not serve the API (before 1.36): the operator adds it.
+    off = rendered(helm, *values, "--api-versions", MAP_API, "--set", "operator.finalizerAtCreate=false")
+    assert not [key for key in off if key[0].startswith("MutatingAdmission")]
+    assert not [key for key in rendered(helm, *values) if key[0].startswith("MutatingAdmission")]
+
+
 @pytest.mark.parametrize(
     ("flag", "error"),
     [
@@ -195,7 +219,7 @@ def test_helm_install_into_the_control_plane(installed: tuple[Helm, str, str], c
     # test cluster.
     helm("install", release, str(CHART), "-n", ns, "-f", str(FULL), "--set",
          f"rbac.create=true,fullnameOverride={release},operator.serviceMonitor.enabled=false,"
-         "gateway.metrics.podMonitor.enabled=false")  # fmt: skip
+         "gateway.metrics.podMonitor.enabled=false,operator.finalizerAtCreate=true")  # fmt: skip
     print(f"helm install: {time.monotonic() - start:.1f}s")
 
     # The CRDs (from crds/; present already when other tests installed them), established.
@@ -220,6 +244,18 @@ def test_helm_install_into_the_control_plane(installed: tuple[Helm, str, str], c
     assert deployment["spec"]["strategy"]["type"] == "RollingUpdate" and deployment["spec"]["replicas"] == 2
     assert "--leader-elect" in container["args"]
     assert any("leases" in r.resources and r.resource_names == ["a2rl-operator"] for r in role.rules)
+    # The API server serves MutatingAdmissionPolicy (1.36): the finalizer policy, bound to the
+    # watched namespaces.
+    admission = client.CustomObjectsApi(api)
+    map_name = f"{release}-{finalizer_policy.NAME_SUFFIX}"
+    stored = admission.get_cluster_custom_object(
+        "admissionregistration.k8s.io", "v1", "mutatingadmissionpolicybindings", map_name
+    )
+    assert stored["spec"]["matchResources"]["namespaceSelector"] == {
+        "matchExpressions": [
+            {"key": finalizer_policy.NAMESPACE_NAME_LABEL, "operator": "In", "values": ["bench-a", "bench-b"]}
+        ]
+    }
 
     helm("uninstall", release, "-n", ns, "--wait")
     with pytest.raises(ApiException) as gone:
@@ -258,7 +294,9 @@ def test_admission_policies_refuse_runs_over_the_clusters_limits(
             "allowedImageRegistries={ghcr.io/a2rl}",
         )
     )
-    helm("install", release, str(CHART), "-n", ns, "--set", f"fullnameOverride={release}", "--set", limits)
+    # No finalizer policy: no operator runs here to let the created runs go.
+    helm("install", release, str(CHART), "-n", ns, "--set",
+         f"fullnameOverride={release},operator.finalizerAtCreate=false", "--set", limits)  # fmt: skip
     custom = client.CustomObjectsApi(control_plane.api_client())
     runs = make_namespace(prefix="runs")
 

@@ -7,50 +7,25 @@ lets every run go through its finalizer (the final record reaches the store).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import ProtocolError
 
 from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, LABEL_RUN_UID
 from tests.support.grading_support import create_run, run_name
 from tests.support.operator_install import OperatorProcess
 from tests.support.operator_support import started_operator
+from tests.support.watch_recorder import Recorder
 from tests.testenv.controlplane import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.minio]
 
 RUNS = 4
-
-
-class Recorder:
-    """Every watch event of `list_fn(*args)` from `resource_version`, in a thread."""
-
-    def __init__(self, list_fn: Any, args: tuple[str, ...], resource_version: str) -> None:
-        self.events: list[dict[str, Any]] = []
-        self._watch = watch.Watch()
-        self._thread = threading.Thread(target=self._run, args=(list_fn, args, resource_version), daemon=True)
-        self._thread.start()
-
-    def _run(self, list_fn: Any, args: tuple[str, ...], rv: str) -> None:
-        stream = self._watch.stream(list_fn, *args, resource_version=rv, timeout_seconds=180)
-        try:
-            for event in stream:
-                obj = event["object"]
-                body = obj if isinstance(obj, dict) else client.ApiClient().sanitize_for_serialization(obj)
-                self.events.append({"type": event["type"], "object": body, "at": time.time()})
-        except ProtocolError:
-            pass  # the namespace went, or stop(): the stream ends either way
-
-    def stop(self) -> None:
-        self._watch.stop()
-        self._thread.join(10)
 
 
 @pytest.fixture
