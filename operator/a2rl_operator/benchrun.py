@@ -88,7 +88,7 @@ from a2rl_operator.manifests.secret import report_store_secret, store_uri
 from a2rl_operator.metrics import timed
 from a2rl_operator.retention import retain
 from a2rl_operator.run_tracing import now_ns, operator_tracing, record_root_span, record_run_span
-from a2rl_operator.status_writer import ChangesFor, run_ref, write_status
+from a2rl_operator.status_writer import RUNS, ChangesFor, run_ref, write_status
 from a2rl_operator.watched import WatchedChildren
 
 Body = dict[str, Any]
@@ -280,7 +280,7 @@ def refresh(
     run's driver usage too (`driver_usage`: `driverTokens`, `driverCostUSD`, the budget's refusal)."""
     if namespace in kube.terminating:
         return []  # its namespace is being deleted: no reads, no status, no Events
-    run = kube.get_run(namespace, name)
+    run = RUNS.get(namespace, name) or kube.get_run(namespace, name)
     if run is None or run["metadata"].get("deletionTimestamp"):
         return []  # a run being deleted gets no new conditions
     if st.get_condition(st.run_conditions(run), COND_ACCEPTED) is None:
@@ -443,6 +443,11 @@ def _refresh_observed(memo: Any, owner: tuple[str, str], uid: str) -> None:
     except BaseException:
         _SEEN.forget(uid)  # not observed after all: the next event must not be skipped
         raise
+
+
+async def on_run_seen(body: kopf.Body, type: str | None, **_: Any) -> None:
+    """Keep the run's newest state for `refresh` (on kopf's event loop: no thread for a dict write)."""
+    RUNS.saw(plain(body), type)
 
 
 def on_job(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
@@ -725,6 +730,8 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     """Add the BenchRun handlers to `registry`. One create/resume handler: each more would cost
     every run a PATCH of kopf's progress annotations."""
     run = (API_GROUP, API_VERSION, BENCHRUN_PLURAL)
+    # First: every event's run kept for `refresh` (kopf calls event handlers before the others).
+    kopf.on.event(*run, id="watched-runs", registry=registry)(on_run_seen)
     kopf.on.create(*run, registry=registry)(timed(on_benchrun))
     kopf.on.resume(*run, registry=registry)(timed(on_benchrun))
     kopf.timer(*run, interval=RESYNC_S, initial_delay=RESYNC_S, when=_in_flight, registry=registry)(

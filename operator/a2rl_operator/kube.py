@@ -257,14 +257,17 @@ class Kube:
         namespace: str,
         name: str,
         mutate: Callable[[Obj], Obj | None],
+        *,
         attempts: int = 8,
         initial: Obj | None = None,
+        written: Callable[[Obj], None] | None = None,
     ) -> Obj | None:
         """Read the run, let `mutate(run)` return its new status (None: nothing to write), replace
         the status subresource; retried on conflicts. Returns the written status (None: no write)."""
         return self.update_custom_status(
-            BENCHRUN_PLURAL, BENCHRUN_KIND, namespace, name, mutate, attempts=attempts, initial=initial
-        )
+            BENCHRUN_PLURAL, BENCHRUN_KIND, namespace, name, mutate, attempts=attempts, initial=initial,
+            written=written,
+        )  # fmt: skip
 
     def update_custom_status(
         self,
@@ -276,11 +279,13 @@ class Kube:
         *,
         attempts: int = 8,
         initial: Obj | None = None,
+        written: Callable[[Obj], None] | None = None,
     ) -> Obj | None:
         """Read the custom object (`initial` stands for the first read where given), let
         `mutate(obj)` return its new status (None: nothing to write), replace the status
-        subresource guarded by resourceVersion; retried on conflicts (409). Returns the written
-        status (None: no write, the object is gone, or its namespace is being deleted)."""
+        subresource guarded by resourceVersion; retried on conflicts (409). `written(obj)` gets
+        the object as the API server returned it after the write. Returns the written status
+        (None: no write, the object is gone, or its namespace is being deleted)."""
         for attempt in range(attempts):
             if namespace in self.terminating:
                 return None
@@ -300,7 +305,9 @@ class Kube:
                 "status": status,
             }  # fmt: skip
             try:
-                self._call("PUT", f"{custom_path(namespace, plural, name)}/status", body)
+                response = self._call("PUT", f"{custom_path(namespace, plural, name)}/status", body)
+                if written is not None:
+                    written(json.loads(response.data))
                 return status
             except ApiException as exc:
                 if exc.status == 404:

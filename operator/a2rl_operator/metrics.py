@@ -189,13 +189,14 @@ def timed(fn: F) -> F:
     return handler  # type: ignore[return-value]
 
 
-def on_run_event(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
+# The two event handlers only update memory: on kopf's event loop, not a worker thread per event.
+async def on_run_event(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
     metrics: OperatorMetrics | None = getattr(memo, "metrics", None)
     if metrics is not None:
         metrics.observe_run(body, type)
 
 
-def on_submission_event(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
+async def on_submission_event(body: kopf.Body, memo: Any, type: str | None, **_: Any) -> None:
     metrics: OperatorMetrics | None = getattr(memo, "metrics", None)
     if metrics is not None:
         metrics.observe_submission(body, type)

@@ -4,7 +4,8 @@ A write reads the run's status as a `BenchRunStatus`, applies the condition chan
 math: `lastTransitionTime` moves only when a status does) and any other status fields, derives
 `phase`, `startTime` and `completionTime`, and replaces the status subresource (`status_wire`)
 guarded by resourceVersion, retried on conflicts (`Kube.update_status`), so the Job, Pod, Event,
-BenchSubmission watchers and the timers of one run never lose each other's writes. A written
+BenchSubmission watchers and the timers of one run never lose each other's writes; the run as
+written is kept in `RUNS`. A written
 transition a user acts on or waits for (`status.worth_an_event`: a Warning, the run's end) gets
 one Kubernetes Event on the BenchRun; the GitOps-readable
 conditions (`Reconciling`, `Stalled`, `Ready`, `Finished`, and `Succeeded=False`/`Failed=False`
@@ -22,8 +23,13 @@ from a2rl.protocols import spec_protocol
 from a2rl.runs import parse_time
 from a2rl_operator import status as st
 from a2rl_operator.kube import Kube
+from a2rl_operator.watched import WatchedRuns
 
 Body = dict[str, Any]
+#: Every run as this operator last wrote its status or its watch last delivered it (the newer):
+#: what `benchrun.refresh` reads instead of a GET. Every status write goes through `write_status`,
+#: so no condition this operator wrote can be missing from what is kept here.
+RUNS = WatchedRuns()
 #: The condition changes to apply, given the run's current conditions.
 ChangesFor = Callable[[list[st.Cond]], list[st.Change]]
 #: Other status fields: `(run, status) -> new status` (e.g. the aggregate scores, `report`).
@@ -72,9 +78,9 @@ def write_status(
       (from the agent container of `pod`) and `completionTime` are kept in step;
     - `edit(run, status)`: other status fields, computed from the fresh read of each attempt;
     - `only_if(conditions)`: write nothing unless it holds (someone else may have moved on);
-    - `run`: a fresh read used for the first attempt (saves a GET).
-    No write (and no Event) when nothing changes."""
-    written: list[st.Change] = []
+    - `run`: a read used for the first attempt (saves a GET; a stale one costs a 409 and a GET).
+    No write (and no Event) when nothing changes; the run as written is kept in `RUNS`."""
+    transitions: list[st.Change] = []
     refs: list[Body] = []
 
     def mutate(current: Body) -> Body | None:
@@ -83,11 +89,11 @@ def write_status(
         if only_if is not None and not only_if(conds):
             return None
         new = edit(current, old.model_copy()) if edit is not None else old.model_copy()
-        transitions: list[st.Change] = []
+        changed: list[st.Change] = []
         if changes_for is not None:
             generation = current["metadata"].get("generation")
             now = st.now_iso()
-            new_conds, transitions = st.apply_changes(conds, changes_for(conds), generation, now)
+            new_conds, changed = st.apply_changes(conds, changes_for(conds), generation, now)
             # The GitOps-readable conditions follow the run's own (no Events of their own).
             new_conds = st.apply_lifecycle(
                 new_conds, *st.run_outcome(new_conds), generation=generation, now=now
@@ -108,10 +114,10 @@ def write_status(
         wire = st.status_wire(new)
         if wire == st.status_wire(old):
             return None
-        written[:] = transitions
+        transitions[:] = changed
         refs[:] = [current]
         return wire
 
-    if kube.update_status(namespace, name, mutate, initial=run) is not None and written:
-        post_events(kube, refs[0], written)
-    return written
+    if kube.update_status(namespace, name, mutate, initial=run, written=RUNS.saw) is not None and transitions:
+        post_events(kube, refs[0], transitions)
+    return transitions

@@ -1,5 +1,5 @@
 """The workspace Jobs and their pods as the operator's watches last delivered them (an informer's
-cache, fed by `benchrun.on_job` and `benchrun.on_pod`).
+cache, fed by `benchrun.on_job` and `benchrun.on_pod`), and the BenchRuns (`WatchedRuns`).
 
 `benchrun.refresh` mirrors a run's Job and pod into its conditions whenever either changes; read
 from the API server, that is a GET of the Job and a LIST of pods per change — half the calls of a
@@ -110,3 +110,48 @@ class WatchedChildren:
     def __len__(self) -> int:
         with self._lock:
             return len(self._jobs) + sum(len(p) for p in self._pods.values())
+
+
+def _at_least_as_new(new: Obj, old: Obj) -> bool:
+    """Whether `new` is the same or a later state of the object than `old` (by resourceVersion:
+    etcd's revision, a number; anything else counts as newer)."""
+    try:
+        return int(new["metadata"]["resourceVersion"]) >= int(old["metadata"]["resourceVersion"])
+    except (KeyError, TypeError, ValueError):
+        return True
+
+
+class WatchedRuns:
+    """The last state of each BenchRun (by namespace and name): as its watch delivered it
+    (`benchrun.on_run_seen`), or as the API server returned it after this operator's own status
+    write (`status_writer.write_status`), whichever is newer.
+
+    `benchrun.refresh` reads a run here instead of a GET per child event. A state that lags the
+    API server is safe there: the status write is guarded by the resourceVersion read, so a lagging
+    read costs a 409 and a GET (`Kube.update_custom_status`), never a lost write; and since every
+    status write is this operator's and is stored here as soon as it is answered, a lagging read
+    cannot hide a condition written before it. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[tuple[str, str], Obj] = {}
+
+    def saw(self, run: Obj, event_type: str | None = None) -> None:
+        """Store `run` unless an as new state is stored already (a DELETED event removes it)."""
+        key = _key(run["metadata"])
+        with self._lock:
+            if event_type == "DELETED":
+                self._runs.pop(key, None)
+                return
+            old = self._runs.get(key)
+            if old is None or _at_least_as_new(run, old):
+                self._runs[key] = run
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        """The run's newest state seen; None: not seen (it may exist all the same)."""
+        with self._lock:
+            return self._runs.get((namespace, name))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._runs)

@@ -1,5 +1,6 @@
-"""`Kube.ensure` against the real API server: a namespace being deleted refuses new children with
-a 403 the operator recognises (no traceback, nothing to retry: the run goes with its namespace)."""
+"""`Kube` against the real API server: a namespace being deleted refuses new children with a 403
+the operator recognises (no traceback, nothing to retry: the run goes with its namespace); a status
+write from a stale read is refused and redone from a fresh one."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 from a2rl_operator.kube import Kube, NamespaceTerminatingError, is_namespace_terminating
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL
 
 pytestmark = pytest.mark.cluster
 
@@ -46,3 +49,43 @@ def test_a_terminating_namespace_is_recognised_and_other_refusals_are_not(
     other = ApiException(status=403, reason="Forbidden")
     other.body = '{"kind":"Status","reason":"Forbidden","details":{"kind":"serviceaccounts"}}'
     assert not is_namespace_terminating(other)
+
+
+def test_a_status_write_from_a_stale_read_is_refused_then_redone_on_a_fresh_one(
+    control_plane: Any, namespace: str
+) -> None:
+    """What `refresh` relies on when it reads a run from `WatchedRuns`: a write guarded by a lagging
+    resourceVersion gets a 409, `update_status` reads the run again and writes from there, and
+    `written` gets the run as the API server stored it (the state the cache keeps)."""
+    from tests.support.operator_install import install_crds
+    from tests.support.operator_support import REPO
+
+    api = control_plane.api_client()
+    install_crds(api, REPO / "crds")
+    custom = client.CustomObjectsApi(api)
+    body = {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "BenchRun",
+        "metadata": {"name": "stale-read"},
+        "spec": {"task": "arith", "baseModel": {"name": "tiny", "source": "builtin:tiny"},
+                 "agent": {"image": "agent:1", "command": ["true"]}, "budget": {"wallTimeSeconds": 60}},
+    }  # fmt: skip
+    stale = custom.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, BENCHRUN_PLURAL, body)
+    kube = Kube(api)
+    kube.update_status(namespace, "stale-read", lambda _run: {"phase": "Pending"})  # moves it on
+    seen: list[dict[str, Any]] = []
+    reads: list[str] = []
+
+    def mutate(run: dict[str, Any]) -> dict[str, Any]:
+        reads.append(run["metadata"]["resourceVersion"])
+        return {**(run.get("status") or {}), "phase": "Running"}
+
+    assert kube.update_status(namespace, "stale-read", mutate, initial=stale, written=seen.append)
+    fresh = custom.get_namespaced_custom_object(
+        API_GROUP, API_VERSION, namespace, BENCHRUN_PLURAL, "stale-read"
+    )
+    assert fresh["status"]["phase"] == "Running"
+    # The stale read first (refused), then the fresh one; `written` got what the API server stored.
+    assert reads[0] == stale["metadata"]["resourceVersion"] and len(reads) == 2 and reads[1] != reads[0]
+    assert [r["metadata"]["resourceVersion"] for r in seen] == [fresh["metadata"]["resourceVersion"]]
+    assert seen[0]["status"] == fresh["status"]

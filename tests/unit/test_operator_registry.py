@@ -105,7 +105,13 @@ class FakeKube:
         self.writes = 0
 
     def update_status(
-        self, namespace: str, name: str, mutate: Callable[[Body], Body | None], initial: Body | None = None
+        self,
+        namespace: str,
+        name: str,
+        mutate: Callable[[Body], Body | None],
+        *,
+        initial: Body | None = None,
+        written: Callable[[Body], None] | None = None,
     ) -> Body | None:
         while True:
             status = mutate(self.run)
@@ -116,6 +122,8 @@ class FakeKube:
                 continue
             self.run = {**self.run, "status": status}
             self.writes += 1
+            if written is not None:
+                written(self.run)
             return status
 
     def post_event(self, ref: Body, type_: str, reason: str, message: str) -> None:
@@ -145,6 +153,17 @@ def test_write_status_derives_phase_and_posts_one_event_per_transition(events: l
         status_writer.write_status(kube, "ns", "demo", lambda _c: st.rejection("UnknownTask", "nope")) == []
     )
     assert kube.writes == 1 and len(events) == 1
+
+
+def test_every_status_write_keeps_the_run_as_written_for_refresh(events: list[tuple[str, str]]) -> None:
+    """`refresh` reads runs from `status_writer.RUNS`: each write is kept there as answered, so a
+    read between the write and its watch event still sees what was written."""
+    kube = FakeKube({**run_body(), "metadata": {**run_body()["metadata"], "name": "kept-as-written"}})
+    status_writer.write_status(kube, "ns", "kept-as-written", lambda _c: [st.accepted()])
+    kept = status_writer.RUNS.get("ns", "kept-as-written")
+    assert kept is not None and kept["status"] == kube.run["status"]
+    assert st.get_condition(st.run_conditions(kept), COND_ACCEPTED) is not None
+    status_writer.RUNS.saw(kept, "DELETED")
 
 
 def test_write_status_edits_fields_and_respects_only_if(events: list[tuple[str, str]]) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from a2rl_operator import status as st
-from a2rl_operator.watched import WatchedChildren
+from a2rl_operator.watched import WatchedChildren, WatchedRuns
 
 from a2rl.constants import LABEL_RUN_UID, REASON_AGENT_FAILED, REASON_DEADLINE_EXCEEDED
 
@@ -153,3 +153,29 @@ def test_a_finished_jobs_pod_is_read_after_the_job() -> None:
     # What the stale pod would have said:
     stale = st.agent_finish(got_job, pod())
     assert stale is not None and stale.reason == REASON_AGENT_FAILED
+
+
+def run(rv: str, phase: str = "Pending", name: str = "gsm8k-sft") -> Obj:
+    meta = {"name": name, "namespace": NS, "uid": RUN_UID, "resourceVersion": rv}
+    return {"apiVersion": "a2rl.dev/v1alpha1", "kind": "BenchRun", "metadata": meta,
+            "status": {"phase": phase}}  # fmt: skip
+
+
+def test_a_run_is_kept_at_its_newest_state_whichever_way_it_arrives() -> None:
+    runs = WatchedRuns()
+    assert runs.get(NS, "gsm8k-sft") is None  # never seen: `refresh` reads the API server
+    runs.saw(run("1041"), "ADDED")
+    # The operator's own status write (the API server's answer) comes before its watch event ...
+    runs.saw(run("1057", "Running"))
+    # ... and a watch event that lags it changes nothing (numeric, not string, order: 998 < 1057).
+    runs.saw(run("1049", "Pending"), "MODIFIED")
+    runs.saw(run("998", "Pending"), "MODIFIED")
+    assert runs.get(NS, "gsm8k-sft")["status"]["phase"] == "Running"  # type: ignore[index]
+    runs.saw(run("1057", "Running"), "MODIFIED")  # the write's own event: the same state
+    runs.saw(run("1102", "Succeeded"), "MODIFIED")
+    assert runs.get(NS, "gsm8k-sft")["metadata"]["resourceVersion"] == "1102"  # type: ignore[index]
+    # A resourceVersion that is not a number (another storage): the latest arrival counts.
+    runs.saw(run("opaque-7", "Failed"), "MODIFIED")
+    assert runs.get(NS, "gsm8k-sft")["status"]["phase"] == "Failed"  # type: ignore[index]
+    runs.saw(run("1200"), "DELETED")
+    assert runs.get(NS, "gsm8k-sft") is None and len(runs) == 0
