@@ -5,11 +5,11 @@ math: `lastTransitionTime` moves only when a status does) and any other status f
 `phase`, `startTime` and `completionTime`, and replaces the status subresource (`status_wire`)
 guarded by resourceVersion, retried on conflicts (`Kube.update_status`), so the Job, Pod, Event,
 BenchSubmission watchers and the timers of one run never lose each other's writes; the run as
-written is kept in `RUNS`. A written
-transition a user acts on or waits for (`status.worth_an_event`: a Warning, the run's end) gets
-one Kubernetes Event on the BenchRun; the GitOps-readable
-conditions (`Reconciling`, `Stalled`, `Ready`, `Finished`, and `Succeeded=False`/`Failed=False`
-beside the terminal one: `status.lifecycle`) follow the others on every write and get none.
+written is kept in `RUNS`. A written transition a user acts on or waits for
+(`status.worth_an_event`: a Warning, the run's end) gets one Kubernetes Event on the BenchRun; the
+GitOps-readable conditions (`Reconciling`, `Stalled`, `Ready`, `Finished`, and
+`Succeeded=False`/`Failed=False` beside the terminal one: `status.lifecycle`) follow the others on
+every write and get none.
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ class WatchedRuns:
         self._runs: dict[tuple[str, str], Obj] = {}
 
     def saw(self, run: Obj, event_type: str | None = None) -> None:
-        """Store `run` unless an as new state is stored already (a DELETED event removes it)."""
+        """Store `run` unless a newer state of it is stored already (a DELETED event removes it)."""
         key = _key(run["metadata"])
         with self._lock:
             if event_type == "DELETED":
