@@ -53,12 +53,14 @@ from a2rl_operator.kube import Kube  # noqa: E402
 from a2rl_operator.manifests import parse_spec, workspace_children, workspace_job  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 
-from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, FINALIZER, LABEL_RUN_NAME  # noqa: E402
+from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, LABEL_RUN_NAME  # noqa: E402
 from bench.operator_apply import benchrun, delete_namespace  # noqa: E402
 from tests.support.operator_install import (  # noqa: E402
     OperatorProcess,
     install_crds,
+    install_finalizer_policy,
     install_rbac,
+    remove_finalizer_policy,
     serviceaccount_kubeconfig,
 )
 from tests.testenv.controlplane import free_port  # noqa: E402
@@ -204,40 +206,6 @@ def with_operator(admin: client.ApiClient, ns: str, n: int, proc: OperatorProces
     return {"seconds": elapsed, "applied_s": applied, "cpu_s": proc.cpu_seconds() - cpu0, "jobs": len(seen)}
 
 
-ADMISSION = ("admissionregistration.k8s.io", "v1")
-
-
-def install_finalizer_policy(admin: client.ApiClient, ns: str) -> str:
-    """The chart's finalizer policy bound to `ns` (as `operator.watchNamespaces: [ns]` renders it),
-    once the API server applies it; returns its name."""
-    custom = client.CustomObjectsApi(admin)
-    name = f"{ns}-{finalizer_policy.NAME_SUFFIX}"
-    for plural, body in (
-        ("mutatingadmissionpolicies", finalizer_policy.policy(name)),
-        ("mutatingadmissionpolicybindings", finalizer_policy.binding(name, [ns])),
-    ):
-        custom.create_cluster_custom_object(*ADMISSION, plural, body)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            probe = custom.create_namespaced_custom_object(
-                API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL, benchrun("probe"), dry_run="All"
-            )
-            if FINALIZER in (probe["metadata"].get("finalizers") or []):
-                return name
-        except client.ApiException as exc:
-            if exc.status != 503:  # a CRD the policy's type checker has not seen yet
-                raise
-        time.sleep(0.5)
-    raise TimeoutError("the finalizer policy was not applied within 60 s")
-
-
-def remove_finalizer_policy(admin: client.ApiClient, name: str) -> None:
-    custom = client.CustomObjectsApi(admin)
-    for plural in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies"):
-        custom.delete_cluster_custom_object(*ADMISSION, plural, name)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -297,7 +265,9 @@ def main() -> int:
     # into the operator's window.
     plain_teardown = delete_namespace(core, plain_ns, timeout=900)
     op_ns = new_namespace(core, "operator")
-    policy = None if args.no_finalizer_policy else install_finalizer_policy(admin, op_ns)
+    policy = None if args.no_finalizer_policy else f"{op_ns}-{finalizer_policy.NAME_SUFFIX}"
+    if policy is not None:  # as the chart renders it with `operator.watchNamespaces: [op_ns]`
+        install_finalizer_policy(admin, policy, [op_ns], benchrun("probe"))
     print(f"finalizer policy: {policy or 'none (kopf patches the finalizer in)'}")
     # The plain client's Secrets hold the operator's keys (no store user per run): the same here.
     operator_args = ["-n", op_ns, "--store-uri", STORE_URI, "--no-scoped-store-credentials"]

@@ -19,14 +19,18 @@ from kubernetes.client.exceptions import ApiException
 
 from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, COND_ACCEPTED, FINALIZER
 from tests.support.grading_support import create_run, run_name
-from tests.support.operator_install import OperatorProcess, install_crds
+from tests.support.operator_install import (
+    OperatorProcess,
+    install_crds,
+    install_finalizer_policy,
+    remove_finalizer_policy,
+)
 from tests.support.operator_support import REPO, condition, get_run, started_operator
 from tests.support.watch_recorder import Recorder
 from tests.testenv.controlplane import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.minio]
 
-ADMISSION = ("admissionregistration.k8s.io", "v1")
 FOREIGN = "example.com/keep-until-reviewed"
 
 
@@ -50,27 +54,13 @@ def _run(name: str, finalizers: list[str] | None = None) -> dict[str, Any]:
 def policy_in(admin: client.ApiClient, make_namespace: Any) -> Iterator[str]:
     """A namespace bound by the finalizer policy (a policy of this test's own, as the chart renders it)."""
     install_crds(admin, REPO / "crds")
-    custom = client.CustomObjectsApi(admin)
     ns = make_namespace(prefix="fin")
     name = f"t-{uuid.uuid4().hex[:6]}-{finalizer_policy.NAME_SUFFIX}"
-    for plural, body in (
-        ("mutatingadmissionpolicies", finalizer_policy.policy(name)),
-        ("mutatingadmissionpolicybindings", finalizer_policy.binding(name, [ns])),
-    ):
-        custom.create_cluster_custom_object(*ADMISSION, plural, body)
     try:
-        # The API server applies a new policy once it has compiled it (a second or so).
-        def applied() -> bool:
-            probe = custom.create_namespaced_custom_object(
-                API_GROUP, API_VERSION, ns, BENCHRUN_PLURAL, _run("probe"), dry_run="All"
-            )
-            return FINALIZER in (probe["metadata"].get("finalizers") or [])
-
-        wait_for(applied, timeout=30, what="the finalizer policy applied")
+        install_finalizer_policy(admin, name, [ns], _run("probe"), timeout=30)
         yield ns
     finally:
-        for plural in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies"):
-            custom.delete_cluster_custom_object(*ADMISSION, plural, name)
+        remove_finalizer_policy(admin, name)
 
 
 @pytest.fixture

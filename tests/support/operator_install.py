@@ -1,5 +1,5 @@
 """Install the operator into a cluster and run it as a subprocess: shared by the e2e tests and
-`bench/operator_apply.py` (the Helm chart does the same in production).
+`bench/operator_apply.py`, `bench/operator_scale.py` (the Helm chart does the same in production).
 
 The operator authenticates as its own ServiceAccount bound to `rbac.RULES` — never as admin —
 so the tests prove the RBAC is sufficient.
@@ -18,11 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from a2rl_operator import finalizer_policy
 from a2rl_operator.rbac import cluster_role, cluster_role_binding
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from a2rl.constants import API_GROUP, API_VERSION, BENCHRUN_PLURAL, FINALIZER
+
 OPERATOR_NAME = "a2rl-operator"
+ADMISSION = tuple(finalizer_policy.ADMISSION_API.split("/"))
 
 
 def _exists_ok(call: Any, *args: Any) -> None:
@@ -72,6 +76,50 @@ def install_rbac(api: client.ApiClient, namespace: str, name: str = OPERATOR_NAM
             raise
         rbac.replace_cluster_role(name, role)
     _exists_ok(rbac.create_cluster_role_binding, cluster_role_binding(name, name, namespace))
+
+
+def install_finalizer_policy(
+    api: client.ApiClient,
+    name: str,
+    namespaces: Sequence[str],
+    probe_run: dict[str, Any],
+    timeout: float = 60,
+) -> None:
+    """The chart's finalizer policy `name`, bound to `namespaces` (as `operator.watchNamespaces`
+    renders it), once the API server applies it: a dry-run create of `probe_run` in the first
+    namespace comes back with the finalizer. A new policy is compiled within a second or so; right
+    after the CRD is created the API server answers 503 until the policy's type checker knows the
+    kind (a control plane just started: 429)."""
+    custom: Any = client.CustomObjectsApi(api)
+    for plural, body in (
+        ("mutatingadmissionpolicies", finalizer_policy.policy(name)),
+        ("mutatingadmissionpolicybindings", finalizer_policy.binding(name, namespaces)),
+    ):
+        custom.create_cluster_custom_object(*ADMISSION, plural, body)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            probe = custom.create_namespaced_custom_object(
+                API_GROUP, API_VERSION, namespaces[0], BENCHRUN_PLURAL, probe_run, dry_run="All"
+            )
+            if FINALIZER in (probe["metadata"].get("finalizers") or []):
+                return
+        except ApiException as exc:
+            if exc.status not in (429, 503):
+                raise
+        time.sleep(0.5)
+    raise TimeoutError(f"the finalizer policy {name} was not applied within {timeout:.0f} s")
+
+
+def remove_finalizer_policy(api: client.ApiClient, name: str) -> None:
+    """The finalizer policy `name` and its binding gone (either may not have been created)."""
+    custom: Any = client.CustomObjectsApi(api)
+    for plural in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies"):
+        try:
+            custom.delete_cluster_custom_object(*ADMISSION, plural, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
 
 def serviceaccount_kubeconfig(
