@@ -231,10 +231,19 @@ def test_the_eval_view_is_the_toolchain_and_what_the_launcher_names(
     snapshot = tmp_path / "hub" / "snapshots" / "rev"
     snapshot.mkdir(parents=True)
     (snapshot / "model.safetensors").symlink_to("../../blobs/4f2a")
+    # A home whose link leads to a file outside it: named, the home is too wide and is not walked.
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    (tmp_path / "ssh").mkdir()
+    (tmp_path / "ssh" / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    (home / "id_ed25519").symlink_to(tmp_path / "ssh" / "id_ed25519")
     env = {"HF_HOME": str(tmp_path / "hf"), "LD_LIBRARY_PATH": f"/:{tmp_path / 'lib'}:lib"}
     readable = eval_readable([snapshot, Path.home()], env=env)
     assert {snapshot, blob, tmp_path / "hf", tmp_path / "lib", Path(sys.prefix)} <= set(readable)
-    assert Path("/") not in readable and Path.home() not in readable  # too wide: left out
+    assert Path("/") not in readable and home not in readable  # too wide: left out
+    key = tmp_path / "ssh" / "id_ed25519"
+    assert not [p for p in readable if p == key or p in key.parents]
     assert not [p for p in readable if p == keys_dir() or p in keys_dir().parents]  # nor above them
     assert tmp_path / "cache" / "data" not in readable and tmp_path / "cache" / "models" not in readable
 
