@@ -40,12 +40,13 @@ UPSTREAM_KEY = "tgp_v1_9Qm2xL7RkT4wZc8NbV3hJd6FsA1pYe5uGo0iKlMnBq"
 #: data version 3 (held-out drawn from the unseen half of the space, 2026-11-27): loss 0.90,
 #: 29/200 right.
 TRAIN_STEPS = 300
-#: The stacks whose run trains the full `TRAIN_STEPS` and must beat the base model. The training
-#: script is the same for every stack, so what the model learns is shown twice; the other stacks
-#: train `SHORT_TRAIN_STEPS` (a real training run through their shell tool, detached and waited
-#: for the same way, ≈ 20 s instead of ≈ 85 s) and must submit a model that is scored. Claude Code
-#: is among the full ones: its stack moves the long training to the background.
-FULL_TRAINING = ("claude-code", "codex")
+#: The stack whose run trains the full `TRAIN_STEPS` and must beat the base model: Claude Code,
+#: whose stack moves the long training to the background. The training script is the same for
+#: every stack; the others train `SHORT_TRAIN_STEPS` (a real training run through their shell tool,
+#: detached and waited for the same way, ≈ 20 s instead of ≈ 85 s) and must submit a model that
+#: is scored. (Codex trained fully too until 2026-11-29: 100 s of `make test` for a second proof
+#: of the same script's learning.)
+FULL_TRAINING = ("claude-code",)
 SHORT_TRAIN_STEPS = 60
 
 TRAIN_PY = """\
