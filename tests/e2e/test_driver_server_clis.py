@@ -31,6 +31,7 @@ from tests.support.driver_server import (
     SUBMIT_COMMAND,
     DriverServer,
     Script,
+    Step,
     SubmitStub,
     Usage,
     default_script,
@@ -407,10 +408,15 @@ def test_multi_provider_stack_on_each_protocol(stack: str, provider: str, tmp_pa
 
 
 def test_codex_waits_for_a_step_longer_than_its_yield_time(tmp_path: Path) -> None:
-    """Codex's `exec_command` returns after at most 30 s with the command still running; the
-    server polls it with `write_stdin` until it exits before playing the next step."""
-    script = Script.of(
-        [write_file_command("slow.sh", "sleep 33\necho slept > slept.txt\n"), "bash slow.sh", SUBMIT_COMMAND]
+    """Codex's `exec_command` returns after its `yield_time_ms` (at most 30 s) with the command
+    still running; the server polls it with `write_stdin` until it exits before playing the next
+    step. The step asks for 2 s, so a 12 s command outlives it (as a training outlives 30 s)."""
+    script = Script(
+        steps=[
+            Step(write_file_command("slow.sh", "sleep 12\necho slept > slept.txt\n")),
+            Step("bash slow.sh", timeout_s=2),
+            Step(SUBMIT_COMMAND),
+        ]
     )
     out, _ = run_stack("codex", tmp_path, script)
     why = out.explain()
