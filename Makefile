@@ -3,6 +3,9 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 A2RL := $(VENV)/bin/a2rl
+# mypy's incremental cache lives beside the other heavy builds, outside the clone: a fresh clone's
+# check then takes ~10 s instead of ~2 min (mypy re-checks whatever changed, by content).
+MYPY := $(PY) -m mypy --cache-dir $(or $(A2RL_CACHE_DIR),$(HOME)/.cache/a2rl)/mypy
 # Our own modules' bytecode is cached (in __pycache__/, ignored by git) even where the caller's
 # environment says not to: every test spawns processes that import them (the venv's packages are
 # byte-compiled when it is synced: hack/venv).
@@ -44,7 +47,7 @@ test: venv sandbox-deps node-deps image-deps
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m mypy
+	$(MYPY)
 	hack/pytest-tiers $(PY)
 
 # The unit tier alone (no control plane, no MinIO, no training): a few minutes.
@@ -67,7 +70,7 @@ lint: venv
 	$(VENV)/bin/lint-imports
 
 typecheck: venv
-	$(PY) -m mypy
+	$(MYPY)
 
 crds: venv
 	$(A2RL) crds generate --out crds/
