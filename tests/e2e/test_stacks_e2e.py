@@ -43,11 +43,11 @@ TRAIN_STEPS = 300
 #: The stack whose run trains the full `TRAIN_STEPS` and must beat the base model: Claude Code,
 #: whose stack moves the long training to the background. The training script is the same for
 #: every stack; the others train `SHORT_TRAIN_STEPS` (a real training run through their shell tool,
-#: detached and waited for the same way, ≈ 20 s instead of ≈ 85 s) and must submit a model that
+#: detached and waited for the same way, ≈ 10 s instead of ≈ 85 s) and must submit a model that
 #: is scored. (Codex trained fully too until 2026-11-29: 100 s of `make test` for a second proof
 #: of the same script's learning.)
 FULL_TRAINING = ("claude-code",)
-SHORT_TRAIN_STEPS = 60
+SHORT_TRAIN_STEPS = 30
 
 TRAIN_PY = """\
 import json, os
