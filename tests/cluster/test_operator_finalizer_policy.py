@@ -105,8 +105,14 @@ def test_runs_arrive_with_the_finalizer_and_are_reconciled_without_a_patch(
     assert not create(other, _run(run_name())).get("metadata", {}).get("finalizers")
 
     wait_for(lambda: condition(get_run(admin, ns, name), COND_ACCEPTED), timeout=60, what="the run accepted")
+
+    def watched() -> list[dict[str, Any]]:
+        return [e for e in list(events.events) if e["object"]["metadata"]["name"] == name]
+
+    # The watch may deliver the status write after the GET above read it.
+    wait_for(lambda: any(e["type"] == "MODIFIED" for e in watched()), timeout=30, what="its first change")
     events.stop()
-    mine = [e for e in events.events if e["object"]["metadata"]["name"] == name]
+    mine = watched()
     assert mine[0]["type"] == "ADDED"
     # The first change of the run is its first status: no PATCH of kopf's (a finalizer) came before.
     first_change = next(e["object"] for e in mine if e["type"] == "MODIFIED")
