@@ -3,9 +3,11 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 A2RL := $(VENV)/bin/a2rl
-# mypy's incremental cache lives beside the other heavy builds, outside the clone: a fresh clone's
-# check then takes ~10 s instead of ~2 min (mypy re-checks whatever changed, by content).
-MYPY := $(PY) -m mypy --cache-dir $(or $(A2RL_CACHE_DIR),$(HOME)/.cache/a2rl)/mypy
+# The heavy builds' cache, outside the clone (as hack/venv and hack/testenv default it).
+CACHE := $(or $(A2RL_CACHE_DIR),$(HOME)/.cache/a2rl)
+# mypy's incremental cache lives there too: a fresh clone's check then takes ~10 s instead of
+# ~2 min (mypy re-checks whatever changed, by content).
+MYPY := $(PY) -m mypy --cache-dir $(CACHE)/mypy
 # Our own modules' bytecode is cached (in __pycache__/, ignored by git) even where the caller's
 # environment says not to: every test spawns processes that import them (the venv's packages are
 # byte-compiled when it is synced: hack/venv).
@@ -81,7 +83,7 @@ chart: venv
 
 # hack/venv installs the pinned uv this uses (under ~/.cache/a2rl/tools).
 lock: venv
-	cache=$${A2RL_CACHE_DIR:-$$HOME/.cache/a2rl}; UV_CACHE_DIR=$$cache/uv $$cache/tools/uv-0.13.9/bin/uv \
+	UV_CACHE_DIR=$(CACHE)/uv $(CACHE)/tools/uv-0.13.9/bin/uv \
 	  pip compile requirements/dev.in -o requirements/lock.txt --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_28
 

@@ -49,8 +49,8 @@ def eval_readable(named: Iterable[Path] = (), env: Mapping[str, str] | None = No
     # A path this wide (`/`, the home) would show everything: the box skips it (and the files its
     # links lead to: nor is it walked), the eval then fails on what it does not find.
     too_wide = {q for p in (Path.home(), paths.cache_dir() / "keys") for q in (p, *p.parents)}
-    for path in named:
-        if Path(path).expanduser().absolute() not in too_wide:
+    for path in (Path(p).expanduser().absolute() for p in named):
+        if path not in too_wide:
             found += [path, *_linked_files(path)]
     return outermost(p for p in (Path(f).expanduser().absolute() for f in found) if p not in too_wide)
 
